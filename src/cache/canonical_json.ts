@@ -1,0 +1,127 @@
+import { ArgsNotJsonError } from '../errors.js';
+
+const MAX_DEPTH = 64;
+/** Strings that JSON.stringify would return merely wrapped in quotes. */
+const PLAIN_STRING_RE = /^[\w .:@/+-]*$/;
+
+/**
+ * Canonical JSON of job args: object keys sorted, no whitespace — the exact text
+ * `fast-json-stable-stringify` produces for the same value (a property test holds the two
+ * equal) — in one walk that also refuses anything JSON cannot carry faithfully: `undefined`,
+ * functions, symbols, BigInt, non-finite numbers, cycles, sparse arrays, symbol keys and
+ * non-plain objects (Date, Map, class instances). Each of those would otherwise let two
+ * different args collapse into one shared cache entry.
+ *
+ * Hand-written rather than validate-then-stringify because key derivation has a 3 µs budget:
+ * the library plus a separate validation walk measured 3.4 µs p50 on ten fields.
+ *
+ * @throws {ArgsNotJsonError} naming the offending path (never its value).
+ */
+export function canonicalArgs(args: unknown): string {
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+    throw new ArgsNotJsonError('job args must be a plain object');
+  }
+  try {
+    return encodeObject(args, [], 0, null);
+  } catch (err) {
+    if (!(err instanceof Refusal)) throw err;
+    // Walk again, this time tracking where we are: the happy path never builds path strings.
+    const path: string[] = [];
+    try {
+      encodeObject(args, [], 0, path);
+    } catch {}
+    // The path names the arg, never its value: args may hold personal data.
+    throw new ArgsNotJsonError(`job args are not plain JSON: $${path.join('')} ${err.what}`);
+  }
+}
+
+class Refusal {
+  constructor(readonly what: string) {}
+}
+
+function refuse(what: string): never {
+  throw new Refusal(what);
+}
+
+/** `path` is null on the fast path; when given, it holds the segments down to the current value. */
+type Path = string[] | null;
+
+function encodeValue(value: unknown, ancestors: object[], depth: number, path: Path): string {
+  switch (typeof value) {
+    case 'string':
+      return PLAIN_STRING_RE.test(value) ? `"${value}"` : JSON.stringify(value);
+    case 'number':
+      if (!Number.isFinite(value)) refuse('is not a finite number');
+      return '' + value;
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'object':
+      if (value === null) return 'null';
+      return Array.isArray(value)
+        ? encodeArray(value, ancestors, depth, path)
+        : encodeObject(value, ancestors, depth, path);
+    default:
+      // undefined, function, symbol, bigint
+      return refuse(`is a ${typeof value}`);
+  }
+}
+
+function encodeArray(value: unknown[], ancestors: object[], depth: number, path: Path): string {
+  enter(value, ancestors, depth);
+  if (Object.getPrototypeOf(value) !== Array.prototype) refuse('is not a plain array');
+  let out = '[';
+  for (let i = 0; i < value.length; i++) {
+    if (i > 0) out += ',';
+    path?.push(`[${i}]`);
+    if (!(i in value)) refuse('is a hole in a sparse array');
+    out += encodeValue(value[i], ancestors, depth + 1, path);
+    path?.pop();
+  }
+  ancestors.pop();
+  return out + ']';
+}
+
+function encodeObject(value: object, ancestors: object[], depth: number, path: Path): string {
+  enter(value, ancestors, depth);
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) refuse('is not a plain object');
+  if (Object.getOwnPropertySymbols(value).length > 0) refuse('has symbol keys');
+  const keys = sortedKeys(value);
+  let out = '{';
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]!;
+    if (i > 0) out += ',';
+    out += PLAIN_STRING_RE.test(key) ? `"${key}":` : `${JSON.stringify(key)}:`;
+    path?.push(`.${key}`);
+    out += encodeValue((value as Record<string, unknown>)[key], ancestors, depth + 1, path);
+    path?.pop();
+  }
+  ancestors.pop();
+  return out + '}';
+}
+
+function enter(value: object, ancestors: object[], depth: number): void {
+  if (depth >= MAX_DEPTH) refuse(`is nested deeper than ${MAX_DEPTH} levels`);
+  if (ancestors.includes(value)) refuse('is a cycle');
+  ancestors.push(value);
+}
+
+/**
+ * Own enumerable keys in `Array.prototype.sort` order (UTF-16 code units). Insertion sort: args
+ * objects are small, and it measured twice as fast as `.sort()` on ten keys; large objects take
+ * the O(n log n) path so that a huge args object cannot make key derivation quadratic.
+ */
+function sortedKeys(value: object): string[] {
+  const keys = Object.keys(value);
+  if (keys.length > 16) return keys.sort();
+  for (let i = 1; i < keys.length; i++) {
+    const key = keys[i]!;
+    let j = i - 1;
+    while (j >= 0 && keys[j]! > key) {
+      keys[j + 1] = keys[j]!;
+      j--;
+    }
+    keys[j + 1] = key;
+  }
+  return keys;
+}

@@ -1,0 +1,190 @@
+/**
+ * Every condition a caller may need to branch on is one of these classes. Each carries a stable
+ * `code` (static and on the instance), a message a user can act on, optional context fields and
+ * the original `cause`. Messages never contain viewer emails, args, keys or passwords.
+ */
+export class ViewerCacheError extends Error {
+  static readonly code: string = 'E_VIEWER_CACHE';
+  readonly code: string;
+  /** HTTP status a server should answer with when this error refuses a request. */
+  readonly status: number;
+
+  constructor(message: string, options: { cause?: unknown; code?: string; status?: number } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const ctor = this.constructor as typeof ViewerCacheError;
+    this.code = options.code ?? ctor.code;
+    this.status = options.status ?? 500;
+    this.name = ctor.name;
+  }
+}
+
+/** Generates one error class per code, so the catalogue stays a single table below. */
+function defineError(code: string, name: string, defaultMessage: string, status: number) {
+  const cls = class extends ViewerCacheError {
+    static override readonly code = code;
+    constructor(message: string = defaultMessage, options: { cause?: unknown } = {}) {
+      super(message, { ...options, code, status });
+    }
+  };
+  Object.defineProperty(cls, 'name', { value: name });
+  return cls;
+}
+
+/** Args contain a value JSON cannot carry faithfully (BigInt, function, symbol, cycle, …). */
+export const ArgsNotJsonError = defineError(
+  'E_ARGS_NOT_JSON',
+  'ArgsNotJsonError',
+  'job args must be plain JSON data',
+  400,
+);
+/** A job or origin is malformed (missing workspace, runnable, …). */
+export const InvalidJobError = defineError(
+  'E_INVALID_JOB',
+  'InvalidJobError',
+  'the job is malformed',
+  400,
+);
+/** The runnable path is not registered, or its hash does not match the registered version. */
+export const UnknownRunnableError = defineError(
+  'E_UNKNOWN_RUNNABLE',
+  'UnknownRunnableError',
+  'no runnable is registered under that path and hash',
+  404,
+);
+/** The runnable threw. The original error is the `cause`; it is never cached. */
+export const ExecutorFailedError = defineError(
+  'E_EXECUTOR_FAILED',
+  'ExecutorFailedError',
+  'the runnable failed',
+  500,
+);
+/** The runnable did not settle within the executor's timeout. */
+export const ExecutorTimeoutError = defineError(
+  'E_EXECUTOR_TIMEOUT',
+  'ExecutorTimeoutError',
+  'the runnable did not finish in time',
+  504,
+);
+/** The cache store failed or timed out. The middleware degrades to an uncached run instead. */
+export const StoreUnavailableError = defineError(
+  'E_STORE_UNAVAILABLE',
+  'StoreUnavailableError',
+  'the cache store is unavailable',
+  503,
+);
+/** A job with no recorded viewer asked for a viewer connection. */
+export const NoViewerError = defineError(
+  'E_NO_VIEWER',
+  'NoViewerError',
+  'this run has no viewer (anonymous visitor, schedule, trigger or agent tool), so it cannot connect as the viewer',
+  403,
+);
+/** The viewer is a tenant of no enabled data-table role. */
+export const NoRolesError = defineError(
+  'E_NO_ROLES',
+  'NoRolesError',
+  'the viewer holds no enabled role of this data table',
+  403,
+);
+/** `?role=` names a role the job's runner may not use, or that is disabled or unknown. */
+export const RoleNotPermittedError = defineError(
+  'E_ROLE_NOT_PERMITTED',
+  'RoleNotPermittedError',
+  'the runner may not use that data-table role',
+  403,
+);
+/** The data table has no default role configured, so a plain reference cannot connect. */
+export const NoDefaultRoleError = defineError(
+  'E_NO_DEFAULT_ROLE',
+  'NoDefaultRoleError',
+  'this data table has no default role; ask for ?as=viewer or ?role=NAME',
+  403,
+);
+/** The data table named in a reference is not in the catalog. */
+export const UnknownDatatableError = defineError(
+  'E_UNKNOWN_DATATABLE',
+  'UnknownDatatableError',
+  'no data table by that name in this workspace',
+  404,
+);
+/** The role named is not in the catalog (or was dropped). */
+export const UnknownRoleError = defineError(
+  'E_UNKNOWN_ROLE',
+  'UnknownRoleError',
+  'no data-table role by that name',
+  404,
+);
+/** A `datatable://` reference does not follow the grammar. */
+export const InvalidDatatableRefError = defineError(
+  'E_INVALID_DATATABLE_REF',
+  'InvalidDatatableRefError',
+  'malformed data-table reference',
+  400,
+);
+/** A role name is reserved or not a safe identifier. */
+export const InvalidRoleNameError = defineError(
+  'E_INVALID_ROLE_NAME',
+  'InvalidRoleNameError',
+  'invalid role name',
+  400,
+);
+/** Resolving the viewer's roles or their login failed (catalog unreachable, …). Fail closed. */
+export const RoleResolutionFailedError = defineError(
+  'E_ROLE_RESOLUTION_FAILED',
+  'RoleResolutionFailedError',
+  'could not resolve data-table roles',
+  503,
+);
+/** Opening a connection as a data-table login failed. */
+export const ConnectFailedError = defineError(
+  'E_CONNECT_FAILED',
+  'ConnectFailedError',
+  'could not connect to the data table',
+  503,
+);
+/** The executor has no data-table connector, so `ctx.datatable` cannot be used. */
+export const DatatableUnavailableError = defineError(
+  'E_DATATABLE_UNAVAILABLE',
+  'DatatableUnavailableError',
+  'this executor has no data-table connector',
+  500,
+);
+/** An admin operation on the catalog was refused (duplicate role, role in use, …). */
+export const CatalogError = defineError(
+  'E_CATALOG',
+  'CatalogError',
+  'the catalog refused this change',
+  409,
+);
+
+/** Every error class, by code. */
+export const errors = {
+  E_ARGS_NOT_JSON: ArgsNotJsonError,
+  E_INVALID_JOB: InvalidJobError,
+  E_UNKNOWN_RUNNABLE: UnknownRunnableError,
+  E_EXECUTOR_FAILED: ExecutorFailedError,
+  E_EXECUTOR_TIMEOUT: ExecutorTimeoutError,
+  E_STORE_UNAVAILABLE: StoreUnavailableError,
+  E_NO_VIEWER: NoViewerError,
+  E_NO_ROLES: NoRolesError,
+  E_ROLE_NOT_PERMITTED: RoleNotPermittedError,
+  E_NO_DEFAULT_ROLE: NoDefaultRoleError,
+  E_UNKNOWN_DATATABLE: UnknownDatatableError,
+  E_UNKNOWN_ROLE: UnknownRoleError,
+  E_INVALID_DATATABLE_REF: InvalidDatatableRefError,
+  E_INVALID_ROLE_NAME: InvalidRoleNameError,
+  E_ROLE_RESOLUTION_FAILED: RoleResolutionFailedError,
+  E_CONNECT_FAILED: ConnectFailedError,
+  E_DATATABLE_UNAVAILABLE: DatatableUnavailableError,
+  E_CATALOG: CatalogError,
+} as const;
+
+export type ErrorCode = keyof typeof errors;
+
+/** Normalises anything thrown into an Error, so handlers and logs see one shape. */
+export function coerceError(thrown: unknown): Error {
+  if (thrown instanceof Error) return thrown;
+  return new Error(typeof thrown === 'string' ? thrown : 'non-Error value thrown', {
+    cause: thrown,
+  });
+}

@@ -1,0 +1,39 @@
+import type { DatatableRef } from '../datatable/datatable_ref.js';
+import type { Job } from '../job.js';
+
+/** Rows of one statement. */
+export interface DatatableQueryResult<Row = Record<string, unknown>> {
+  rows: Row[];
+  rowCount: number | null;
+}
+
+/**
+ * What a runnable gets from `ctx.datatable(...)`: parameterised queries on a connection that
+ * holds exactly the privileges asked for. It exposes no credentials and no way to reconnect.
+ */
+export interface DatatableClient {
+  query<Row = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<DatatableQueryResult<Row>>;
+}
+
+/** A connection lent to one job; the executor releases it when the job ends. */
+export interface DatatableLease {
+  readonly client: DatatableClient;
+  query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult>;
+  /**
+   * Returns the connection: reset (`DISCARD ALL`) and pooled, or closed when `destroy` is true
+   * (a job that timed out mid-query) or the reset fails.
+   */
+  release(destroy: boolean): Promise<void>;
+}
+
+/** The seam where data tables plug into the executor. */
+export interface DatatableConnector {
+  /**
+   * Opens (or borrows from a pool) a connection for `job` as `ref` asks. Refuses, with an error
+   * carrying a stable code, when the job may not have it — never falls back to a wider login.
+   */
+  connect(job: Job, ref: DatatableRef): Promise<DatatableLease>;
+}

@@ -1,0 +1,332 @@
+import { hash, randomUUID } from 'node:crypto';
+import type { DatatableAccess, DatatableRef } from '../datatable/datatable_ref.js';
+import { parseDatatableRef, validateRoleName } from '../datatable/datatable_ref.js';
+import { type Duration, resolveDuration } from '../duration.js';
+import {
+  coerceError,
+  DatatableUnavailableError,
+  ExecutorFailedError,
+  ExecutorTimeoutError,
+  InvalidDatatableRefError,
+  InvalidJobError,
+  UnknownRunnableError,
+  ViewerCacheError,
+} from '../errors.js';
+import {
+  ComputedResult,
+  type Job,
+  type JobExecutor,
+  type JobResult,
+  type RunOptions,
+  type RunOrigin,
+  recordViewer,
+} from '../job.js';
+import { type Logger, silentLogger } from '../logger.js';
+import type { DatatableClient, DatatableConnector, DatatableLease } from './datatable_connector.js';
+
+/** What `ctx.datatable` accepts besides a name: the viewer, a named role, or the default. */
+export type DatatableRequest = { as: 'viewer' } | { role: string } | Record<string, never>;
+
+/** What a TypeScript runnable receives beside its args. */
+export interface RunContext {
+  readonly jobId: string;
+  readonly workspace: string;
+  /** The recorded viewer (`perms.endUserEmail`), `null` when the run has none. */
+  readonly viewer: string | null;
+  /** Aborted when the job times out; pass it to anything long-running. */
+  readonly signal: AbortSignal;
+  /**
+   * Runs another registered runnable as a child job: it runs as this job's runner, for this
+   * job's viewer (a job-token origin), and goes through the same cache.
+   * @returns the child's result value.
+   */
+  runChild(
+    path: string,
+    args?: Record<string, unknown>,
+    options?: { cacheTtlS?: number },
+  ): Promise<unknown>;
+  /**
+   * A connection to data table `name`, lent for the rest of this job: `{ as: 'viewer' }` holds
+   * exactly the viewer's roles, `{ role }` one named role, `{}` the data table's default role.
+   */
+  datatable(name: string, request?: DatatableRequest): Promise<DatatableClient>;
+}
+
+/** A runnable written in TypeScript. */
+export interface TsRunnable {
+  readonly kind?: 'ts';
+  readonly fn: (args: Record<string, unknown>, ctx: RunContext) => unknown;
+  /** Content version; defaults to a hash of the function's source. */
+  readonly hash?: string;
+  /** Default cache TTL of jobs created for it with {@link Executor.createJob}. */
+  readonly cacheTtlS?: number;
+}
+
+/** A SQL script whose `database` argument is a data-table reference. Its result is the rows. */
+export interface SqlRunnable {
+  readonly kind: 'sql';
+  /** e.g. `datatable://main?as=viewer`. */
+  readonly database: string;
+  /** One statement, with `$1…$n` placeholders. */
+  readonly sql: string;
+  /** The arg names bound to `$1…$n`, in order. @default [] */
+  readonly params?: readonly string[];
+  /** Content version; defaults to a hash of database, sql and params. */
+  readonly hash?: string;
+  readonly cacheTtlS?: number;
+}
+
+export type RunnableDefinition = TsRunnable | SqlRunnable;
+
+export interface RawExecutorOptions {
+  /** Runnables by path. */
+  runnables: Readonly<Record<string, RunnableDefinition>>;
+  /** Where `ctx.datatable` and SQL runnables get connections. @default none (they are refused) */
+  datatables?: DatatableConnector;
+  /** Longest a job may run. @default '60s' */
+  timeout?: Duration;
+  /** @default silent */
+  logger?: Logger;
+  /** Job ids for child jobs and {@link Executor.createJob}. @default crypto.randomUUID */
+  newJobId?: () => string;
+}
+
+/** What a server knows when it starts a run. */
+export interface JobRequest {
+  workspace: string;
+  path: string;
+  args?: Record<string, unknown>;
+  /** Who the job runs as (owner, publisher, or the caller of a direct run). */
+  runAs: string;
+  /** Where the run came from; decides the viewer through {@link recordViewer}. */
+  origin: RunOrigin;
+  /** @default the runnable's own `cacheTtlS` */
+  cacheTtlS?: number;
+  id?: string;
+}
+
+export interface Executor extends JobExecutor {
+  /** Builds a job for a registered runnable, recording its viewer from the origin. */
+  createJob(request: JobRequest): Job;
+  /** The registered version of `path`, or undefined. */
+  runnable(path: string): { path: string; hash: string; cacheTtlS?: number } | undefined;
+}
+
+interface Registered {
+  readonly path: string;
+  readonly hash: string;
+  readonly definition: RunnableDefinition;
+}
+
+/**
+ * The reference job executor: runs registered TypeScript and SQL runnables. Runnables receive a
+ * private JSON copy of their args — exactly what the cache key saw — and data-table connections
+ * that are released (and reset) when the job ends, however it ends.
+ */
+export function createExecutor(options: RawExecutorOptions): Executor {
+  if (options === null || typeof options !== 'object') throw new TypeError('options are required');
+  const { runnables, datatables } = options;
+  if (runnables === null || typeof runnables !== 'object') {
+    throw new TypeError('runnables must be an object of runnable definitions by path');
+  }
+  const registry = new Map<string, Registered>();
+  for (const [path, definition] of Object.entries(runnables)) {
+    registry.set(path, { path, hash: versionOf(path, definition), definition });
+  }
+  const timeoutMs = resolveDuration(options.timeout ?? '60s', 'timeout');
+  const logger = options.logger ?? silentLogger;
+  const newJobId = options.newJobId ?? randomUUID;
+
+  const lookup = (path: string, hash?: string): Registered => {
+    const found = registry.get(path);
+    if (found === undefined)
+      throw new UnknownRunnableError(`no runnable is registered at ${JSON.stringify(path)}`);
+    if (hash !== undefined && found.hash !== hash) {
+      throw new UnknownRunnableError(
+        `runnable ${JSON.stringify(path)} has no version ${JSON.stringify(hash)}`,
+      );
+    }
+    return found;
+  };
+
+  const executor: Executor = {
+    runnable(path) {
+      const found = registry.get(path);
+      if (found === undefined) return undefined;
+      const { cacheTtlS } = found.definition;
+      return { path, hash: found.hash, ...(cacheTtlS === undefined ? {} : { cacheTtlS }) };
+    },
+
+    createJob(request) {
+      const found = lookup(request.path);
+      if (typeof request.runAs !== 'string' || request.runAs.length === 0) {
+        throw new InvalidJobError('runAs must be the email the job runs as');
+      }
+      return {
+        id: request.id ?? newJobId(),
+        workspace: request.workspace,
+        runnable: { path: found.path, hash: found.hash },
+        args: request.args ?? {},
+        perms: { email: request.runAs, endUserEmail: recordViewer(request.origin) },
+        cacheTtlS: request.cacheTtlS ?? found.definition.cacheTtlS,
+      };
+    },
+
+    async run(job: Job, runOptions?: RunOptions): Promise<JobResult> {
+      const found = lookup(job.runnable.path, job.runnable.hash);
+      const dispatcher = runOptions?.dispatcher ?? executor;
+      const leases: DatatableLease[] = [];
+      const abort = new AbortController();
+      let timer: NodeJS.Timeout | undefined;
+      const started = performance.now();
+      try {
+        const work = runDefinition(found.definition, job, {
+          dispatcher,
+          leases,
+          signal: abort.signal,
+          datatables,
+          createChild: (path, args, cacheTtlS) => {
+            const child = lookup(path);
+            return {
+              id: newJobId(),
+              workspace: job.workspace,
+              runnable: { path: child.path, hash: child.hash },
+              args,
+              // The child runs as the parent's runner, for the parent's viewer (job-token origin).
+              perms: {
+                email: job.perms.email,
+                endUserEmail: recordViewer({ kind: 'job-token', parent: { perms: job.perms } }),
+              },
+              cacheTtlS: cacheTtlS ?? child.definition.cacheTtlS,
+            };
+          },
+        });
+        const timeout = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            abort.abort();
+            reject(new ExecutorTimeoutError(`the runnable did not finish within ${timeoutMs} ms`));
+          }, timeoutMs);
+        });
+        const value = await Promise.race([work, timeout]);
+        return new ComputedResult(job.id, value);
+      } catch (thrown) {
+        const err = coerceError(thrown);
+        logger.debug(
+          {
+            jobId: job.id,
+            path: job.runnable.path,
+            code: (err as ViewerCacheError).code,
+            ms: performance.now() - started,
+          },
+          'job failed',
+        );
+        // Refusals keep their own code (E_NO_VIEWER, …) so callers can tell them apart.
+        if (err instanceof ViewerCacheError) throw err;
+        throw new ExecutorFailedError(`runnable ${job.runnable.path} failed: ${err.message}`, {
+          cause: err,
+        });
+      } finally {
+        clearTimeout(timer);
+        // A timed-out job may still hold a connection mid-query: destroy rather than reuse it.
+        const destroy = abort.signal.aborted;
+        await Promise.allSettled(leases.map((lease) => lease.release(destroy)));
+      }
+    },
+  };
+  return executor;
+}
+
+interface RunDeps {
+  dispatcher: JobExecutor;
+  leases: DatatableLease[];
+  signal: AbortSignal;
+  datatables: DatatableConnector | undefined;
+  createChild(path: string, args: Record<string, unknown>, cacheTtlS: number | undefined): Job;
+}
+
+async function runDefinition(
+  definition: RunnableDefinition,
+  job: Job,
+  deps: RunDeps,
+): Promise<unknown> {
+  const connect = async (ref: DatatableRef): Promise<DatatableLease> => {
+    if (deps.datatables === undefined) throw new DatatableUnavailableError();
+    if (deps.signal.aborted) throw new ExecutorTimeoutError();
+    const lease = await deps.datatables.connect(job, ref);
+    deps.leases.push(lease);
+    return lease;
+  };
+  // The runnable sees a private copy made through JSON: exactly the data the key was built from.
+  const args = JSON.parse(JSON.stringify(job.args)) as Record<string, unknown>;
+
+  if (definition.kind === 'sql') {
+    const lease = await connect(parseDatatableRef(definition.database));
+    const values = (definition.params ?? []).map((name) => args[name] ?? null);
+    const result = await lease.query(definition.sql, values);
+    return result.rows;
+  }
+
+  const ctx: RunContext = {
+    jobId: job.id,
+    workspace: job.workspace,
+    viewer: job.perms.endUserEmail,
+    signal: deps.signal,
+    async runChild(path, childArgs = {}, childOptions) {
+      const child = deps.createChild(path, childArgs, childOptions?.cacheTtlS);
+      const result = await deps.dispatcher.run(child);
+      return result.value;
+    },
+    async datatable(name, request = {}) {
+      return (await connect({ name: checkName(name), access: accessOf(request) })).client;
+    },
+  };
+  return definition.fn(args, ctx);
+}
+
+function checkName(name: string): string {
+  // Reuse the reference grammar so `ctx.datatable` and SQL runnables accept the same names.
+  return parseDatatableRef(`datatable://${name}`).name;
+}
+
+function accessOf(request: DatatableRequest): DatatableAccess {
+  const { as, role, ...rest } = request as { as?: unknown; role?: unknown };
+  if (Object.keys(rest).length > 0)
+    throw new InvalidDatatableRefError('unknown datatable() option (only as or role)');
+  if (as !== undefined && role !== undefined)
+    throw new InvalidDatatableRefError('give either as or role, not both');
+  if (as !== undefined) {
+    if (as !== 'viewer') throw new InvalidDatatableRefError("as only accepts 'viewer'");
+    return { kind: 'viewer' };
+  }
+  if (role !== undefined) {
+    if (typeof role !== 'string') throw new InvalidDatatableRefError('role must be a string');
+    return { kind: 'role', role: validateRoleName(role) };
+  }
+  return { kind: 'default' };
+}
+
+function versionOf(path: string, definition: RunnableDefinition): string {
+  if (definition === null || typeof definition !== 'object') {
+    throw new TypeError(`runnable ${path} must be an object`);
+  }
+  if (definition.hash !== undefined) {
+    if (typeof definition.hash !== 'string' || definition.hash.length === 0) {
+      throw new TypeError(`runnable ${path}: hash must be a non-empty string`);
+    }
+    return definition.hash;
+  }
+  if (definition.kind === 'sql') {
+    if (typeof definition.sql !== 'string' || typeof definition.database !== 'string') {
+      throw new TypeError(`runnable ${path}: a SQL runnable needs sql and database strings`);
+    }
+    parseDatatableRef(definition.database); // refuse a bad reference at registration, not at run
+    return hash(
+      'sha256',
+      JSON.stringify([definition.database, definition.sql, definition.params ?? []]),
+      'hex',
+    ).slice(0, 16);
+  }
+  if (typeof definition.fn !== 'function')
+    throw new TypeError(`runnable ${path} needs fn or kind: 'sql'`);
+  return hash('sha256', definition.fn.toString(), 'hex').slice(0, 16);
+}

@@ -1,0 +1,58 @@
+export { cachedResultPath } from './cache/cache_key.js';
+export type {
+  CachedExecutor,
+  RawResultCacheOptions,
+  ResultCacheStats,
+  ScopeFn,
+} from './cache/result_cache.js';
+export { withResultCache } from './cache/result_cache.js';
+export type { DatatableAccess, DatatableRef } from './datatable/datatable_ref.js';
+export {
+  accessFromRoleName,
+  accessToRoleName,
+  DATATABLE_VIEWER_ROLE,
+  formatDatatableRef,
+  parseDatatableRef,
+  validateRoleName,
+} from './datatable/datatable_ref.js';
+export type { ByteSize, Duration } from './duration.js';
+export type { ErrorCode } from './errors.js';
+export { errors, ViewerCacheError } from './errors.js';
+export type {
+  BypassReason,
+  NotStoredReason,
+  ResultCacheEvents,
+} from './events.js';
+export type {
+  DatatableClient,
+  DatatableConnector,
+  DatatableLease,
+  DatatableQueryResult,
+} from './executor/datatable_connector.js';
+export type {
+  DatatableRequest,
+  Executor,
+  JobRequest,
+  RawExecutorOptions,
+  RunContext,
+  RunnableDefinition,
+  SqlRunnable,
+  TsRunnable,
+} from './executor/executor.js';
+export { createExecutor } from './executor/executor.js';
+export type {
+  Job,
+  JobExecutor,
+  JobPerms,
+  JobResult,
+  RunnableRef,
+  RunOptions,
+  RunOrigin,
+} from './job.js';
+export { recordViewer } from './job.js';
+export { redactIdentity } from './logger.js';
+export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
+export { MemoryCacheStore } from './stores/memory_store.js';
+export type { RawRedisCacheStoreOptions } from './stores/redis_store.js';
+export { RedisCacheStore } from './stores/redis_store.js';
+export type { CacheStore } from './stores/store.js';

