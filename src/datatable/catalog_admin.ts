@@ -1,0 +1,337 @@
+import pg from 'pg';
+import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../errors.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { parseDatatableRef, validateRoleName } from './datatable_ref.js';
+import { type MembershipKind, validateTenant } from './directory.js';
+import { PasswordDeriver, scramVerifier } from './passwords.js';
+import type { RoleSetLogins } from './role_set_login.js';
+import * as sql from './sql/catalog_writes.js';
+import { LOGIN_ATTRIBUTES } from './sql/role_set.js';
+
+const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/** What every change returns: the catalog generation it produced. */
+export interface CatalogChange {
+  readonly generation: number;
+}
+
+export interface RoleInfo {
+  readonly oid: number;
+  readonly datatable: string;
+  readonly name: string;
+  readonly enabled: boolean;
+  readonly tenants: readonly string[];
+  /** False when the Postgres role was dropped behind the catalog's back. */
+  readonly exists: boolean;
+}
+
+export interface CatalogAdminOptions {
+  pool: pg.Pool;
+  adminConfig: pg.ClientConfig;
+  passwords: PasswordDeriver;
+  setLogins: RoleSetLogins;
+  /** Called when a login must not be used any more in this process (pools closed). */
+  onLoginGone: (login: string) => void;
+  logger?: Logger;
+}
+
+interface FoundRole {
+  oid: number;
+  datatable: string;
+  name: string;
+  enabled: boolean;
+  secret: Buffer;
+  database: string;
+}
+
+/**
+ * Changes to the catalog: data tables, roles, tenants, memberships. Each change commits with a
+ * generation bump and a NOTIFY, so every process's snapshot — and every cache key built from it —
+ * moves on the next run. Role names are validated and always quoted as identifiers.
+ */
+export class CatalogAdmin {
+  readonly #pool: pg.Pool;
+  readonly #options: CatalogAdminOptions;
+  readonly #logger: Logger;
+
+  constructor(options: CatalogAdminOptions) {
+    this.#pool = options.pool;
+    this.#options = options;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  /** Registers (or repoints) data table `name` of `workspace` at Postgres database `database`. */
+  async createDatatable(
+    workspace: string,
+    name: string,
+    options: { database: string },
+  ): Promise<CatalogChange> {
+    checkWorkspace(workspace);
+    parseDatatableRef(`datatable://${name}`);
+    if (typeof options?.database !== 'string' || options.database.length === 0) {
+      throw new CatalogError('database must name the Postgres database of the data table');
+    }
+    return this.#change(async (client) => {
+      await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
+    });
+  }
+
+  /** The role plain `datatable://NAME` connects as; `null` refuses such references. */
+  async setDefaultRole(
+    workspace: string,
+    datatable: string,
+    role: string | null,
+  ): Promise<CatalogChange> {
+    return this.#change(async (client) => {
+      const found = await client.query(sql.READ_DATATABLE, [workspace, datatable]);
+      if (found.rows.length === 0) throw new UnknownDatatableError();
+      let oid: number | null = null;
+      if (role !== null) {
+        const target = await this.#findRole(client, workspace, role);
+        if (target.datatable !== datatable)
+          throw new CatalogError('that role belongs to another data table');
+        oid = target.oid;
+      }
+      await client.query(sql.SET_DEFAULT_ROLE, [workspace, datatable, oid]);
+    });
+  }
+
+  /**
+   * Creates data-table role `name`: a Postgres role that can log in with a managed password,
+   * usable by the listed tenants. Grant it table privileges and write RLS policies yourself.
+   */
+  async createRole(
+    workspace: string,
+    datatable: string,
+    name: string,
+    options: { tenants?: readonly string[] } = {},
+  ): Promise<CatalogChange & { oid: number }> {
+    validateRoleName(name);
+    const tenants = (options.tenants ?? []).map(validateTenant);
+    const secret = PasswordDeriver.newNonce();
+    let oid = 0;
+    const change = await this.#change(async (client) => {
+      const found = await client.query(sql.READ_DATATABLE, [workspace, datatable]);
+      if (found.rows.length === 0) throw new UnknownDatatableError();
+      const ident = pg.escapeIdentifier(name);
+      try {
+        await client.query(`create role ${ident} with nologin`);
+      } catch (err) {
+        if ((err as { code?: string }).code === '42710') {
+          throw new CatalogError(`a Postgres role named ${name} already exists`);
+        }
+        throw err;
+      }
+      oid = Number((await client.query<{ oid: number }>(sql.READ_ROLE_OID, [name])).rows[0]!.oid);
+      // The password is tied to the OID, which only exists now; the role is committed with it.
+      const verifier = await scramVerifier(this.#options.passwords.password(`role:${oid}`, secret));
+      await client.query(
+        `alter role ${ident} with ${LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
+      );
+      await client.query(sql.INSERT_ROLE, [oid, workspace, datatable, name, tenants, secret]);
+    });
+    this.#logger.info({ role: name }, 'data-table role created');
+    return { ...change, oid };
+  }
+
+  /** Renames a role. Its set logins stay as they are (they are keyed by catalog id). */
+  async renameRole(workspace: string, name: string, newName: string): Promise<CatalogChange> {
+    validateRoleName(newName);
+    const change = await this.#change(async (client) => {
+      const role = await this.#findRole(client, workspace, name);
+      try {
+        await client.query(
+          `alter role ${pg.escapeIdentifier(role.name)} rename to ${pg.escapeIdentifier(newName)}`,
+        );
+      } catch (err) {
+        if ((err as { code?: string }).code === '42710') {
+          throw new CatalogError(`a Postgres role named ${newName} already exists`);
+        }
+        throw err;
+      }
+      await client.query(sql.RENAME_ROLE, [role.oid, newName]);
+    });
+    this.#options.onLoginGone(name);
+    return change;
+  }
+
+  /** Replaces a role's tenant list (`user:EMAIL`, `group:NAME`, `folder:NAME`, `*`). */
+  async setTenants(
+    workspace: string,
+    name: string,
+    tenants: readonly string[],
+  ): Promise<CatalogChange> {
+    const checked = tenants.map(validateTenant);
+    return this.#change(async (client) => {
+      const role = await this.#findRole(client, workspace, name);
+      await client.query(sql.SET_TENANTS, [role.oid, checked]);
+    });
+  }
+
+  /**
+   * Disables a role: the catalog stops resolving it and its own login becomes NOLOGIN (sessions
+   * ended), then every set login holding it is retired — NOLOGIN on a role does not reach its
+   * members. Safe to repeat; a repeat finishes an interrupted disable.
+   */
+  async disableRole(workspace: string, name: string): Promise<CatalogChange> {
+    let role: FoundRole | undefined;
+    const change = await this.#change(async (client) => {
+      role = await this.#findRole(client, workspace, name);
+      await client.query(sql.SET_ENABLED, [role.oid, false]);
+      await client.query(`alter role ${pg.escapeIdentifier(role.name)} with nologin`);
+    });
+    await this.#pool.query(sql.TERMINATE_ROLE_BACKENDS, [role!.name]);
+    this.#options.onLoginGone(role!.name);
+    await this.#retireHolding(role!.oid);
+    return change;
+  }
+
+  /** Re-enables a role (its login password is reset to the managed one). */
+  async enableRole(workspace: string, name: string): Promise<CatalogChange> {
+    return this.#change(async (client) => {
+      const role = await this.#findRole(client, workspace, name);
+      const verifier = await scramVerifier(
+        this.#options.passwords.password(`role:${role.oid}`, role.secret),
+      );
+      await client.query(
+        `alter role ${pg.escapeIdentifier(role.name)} with ${LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
+      );
+      await client.query(sql.SET_ENABLED, [role.oid, true]);
+    });
+  }
+
+  /**
+   * Drops a role: disabled and its set logins retired first, then its privileges and owned
+   * objects in the data-table database and the role itself, then the catalog row. RLS policies
+   * that name it as text (`pg_has_role(…, 'name', …)`) are yours to update.
+   */
+  async dropRole(workspace: string, name: string): Promise<CatalogChange> {
+    const role = await this.#findRole(this.#pool, workspace, name);
+    await this.disableRole(workspace, name);
+    const client = new pg.Client({ ...this.#options.adminConfig, database: role.database });
+    try {
+      await client.connect();
+      await client.query('begin');
+      await client.query(`drop owned by ${pg.escapeIdentifier(role.name)}`);
+      await client.query(`drop role ${pg.escapeIdentifier(role.name)}`);
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw new CatalogError(
+        `could not drop role ${role.name}; it may hold privileges in another database (run DROP OWNED there)`,
+        { cause: err },
+      );
+    } finally {
+      await client.end().catch(() => {});
+    }
+    return this.#change(async (tx) => {
+      await tx.query(sql.CLEAR_DEFAULT_ROLE, [role.oid]);
+      await tx.query(sql.DELETE_ROLE, [role.oid]);
+    });
+  }
+
+  /** Adds `email` to group/folder `name` (or makes them a workspace admin: kind `admin`). */
+  async addMembership(
+    workspace: string,
+    email: string,
+    kind: MembershipKind,
+    name: string,
+  ): Promise<CatalogChange> {
+    checkMembership(workspace, email, kind, name);
+    return this.#change(async (client) => {
+      await client.query(sql.ADD_MEMBERSHIP, [workspace, email, kind, name]);
+    });
+  }
+
+  async removeMembership(
+    workspace: string,
+    email: string,
+    kind: MembershipKind,
+    name: string,
+  ): Promise<CatalogChange> {
+    checkMembership(workspace, email, kind, name);
+    return this.#change(async (client) => {
+      await client.query(sql.REMOVE_MEMBERSHIP, [workspace, email, kind, name]);
+    });
+  }
+
+  async listRoles(workspace: string): Promise<RoleInfo[]> {
+    const { rows } = await this.#pool.query<{
+      oid: number;
+      datatable: string;
+      name: string;
+      enabled: boolean;
+      tenants: string[];
+      exists: boolean;
+    }>(sql.LIST_ROLES, [workspace]);
+    return rows.map((row) => ({ ...row, oid: Number(row.oid) }));
+  }
+
+  /** Data-table databases, for statements that must run in each. */
+  async databases(): Promise<string[]> {
+    const { rows } = await this.#pool.query<{ database: string }>(sql.LIST_DATABASES);
+    return rows.map((row) => row.database);
+  }
+
+  async #retireHolding(oid: number): Promise<void> {
+    const databases = await this.databases();
+    for (const login of await this.#options.setLogins.holding(oid)) {
+      await this.#options.setLogins.retire(login, databases);
+      this.#options.onLoginGone(login);
+    }
+  }
+
+  /** Runs `fn` in a transaction that ends with a generation bump + NOTIFY. */
+  async #change(fn: (client: pg.PoolClient) => Promise<void>): Promise<CatalogChange> {
+    const client = await this.#pool.connect();
+    try {
+      await client.query('begin');
+      await fn(client);
+      const { rows } = await client.query<{ value: string }>(sql.BUMP_GENERATION);
+      await client.query('commit');
+      return { generation: Number(rows[0]!.value) };
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
+  async #findRole(
+    client: pg.Pool | pg.PoolClient,
+    workspace: string,
+    name: string,
+  ): Promise<FoundRole> {
+    const { rows } = await client.query<FoundRole>(sql.FIND_ROLE, [workspace, name]);
+    const row = rows[0];
+    if (row === undefined)
+      throw new UnknownRoleError(`no data-table role ${name} in this workspace`);
+    return { ...row, oid: Number(row.oid) };
+  }
+}
+
+function checkWorkspace(workspace: string): void {
+  if (typeof workspace !== 'string' || !WORKSPACE_RE.test(workspace)) {
+    throw new CatalogError('workspace must be a short identifier ([A-Za-z0-9_.-])');
+  }
+}
+
+function checkMembership(
+  workspace: string,
+  email: string,
+  kind: MembershipKind,
+  name: string,
+): void {
+  checkWorkspace(workspace);
+  if (typeof email !== 'string' || email.length === 0)
+    throw new CatalogError('email must be non-empty');
+  if (kind !== 'group' && kind !== 'folder' && kind !== 'admin') {
+    throw new CatalogError('membership kind is group, folder or admin');
+  }
+  if (typeof name !== 'string' || name.length === 0 || /[\s\p{C}]/u.test(name)) {
+    throw new CatalogError(
+      'membership name must be non-empty, without spaces or control characters',
+    );
+  }
+}

@@ -1,0 +1,381 @@
+import pg from 'pg';
+import { RoleResolutionFailedError } from '../errors.js';
+import { TypedEmitter } from '../events.js';
+import { type Logger, silentLogger } from '../logger.js';
+import type { MembershipKind, Principals } from './directory.js';
+import { NO_PRINCIPALS } from './directory.js';
+import { CATALOG_CHANNEL } from './migrations.js';
+import * as sql from './sql/catalog_reads.js';
+
+/** One data-table role as the catalog knows it. */
+export interface CatalogRole {
+  /** Catalog id: the Postgres role's OID. */
+  readonly oid: number;
+  readonly workspace: string;
+  readonly datatable: string;
+  /** Current name (from pg_roles, so a rename shows at once). */
+  readonly name: string;
+  readonly enabled: boolean;
+  readonly tenants: readonly string[];
+  /** Nonce of the role's login password. */
+  readonly secret: Buffer;
+  /**
+   * False when the Postgres role is gone, or has SUPERUSER or BYPASSRLS (someone altered it
+   * outside the catalog): such a role is never handed out.
+   */
+  readonly safe: boolean;
+}
+
+export interface CatalogDatatable {
+  readonly workspace: string;
+  readonly name: string;
+  readonly database: string;
+  readonly defaultRole: number | null;
+}
+
+/** An immutable, consistent read of the whole catalog at one generation. */
+export class CatalogState {
+  readonly #datatables = new Map<string, CatalogDatatable>();
+  readonly #rolesByWorkspace = new Map<string, CatalogRole[]>();
+  readonly #roleByOid = new Map<number, CatalogRole>();
+  readonly #roleByName = new Map<string, CatalogRole>();
+  readonly #principals = new Map<
+    string,
+    { groups: string[]; folders: string[]; isAdmin: boolean }
+  >();
+
+  constructor(
+    readonly generation: number,
+    datatables: readonly CatalogDatatable[],
+    roles: readonly CatalogRole[],
+    memberships: readonly {
+      workspace: string;
+      email: string;
+      kind: MembershipKind;
+      name: string;
+    }[],
+  ) {
+    for (const datatable of datatables) {
+      this.#datatables.set(`${datatable.workspace}\0${datatable.name}`, datatable);
+    }
+    for (const role of roles) {
+      this.#roleByOid.set(role.oid, role);
+      this.#roleByName.set(`${role.workspace}\0${role.name}`, role);
+      const list = this.#rolesByWorkspace.get(role.workspace) ?? [];
+      list.push(role);
+      this.#rolesByWorkspace.set(role.workspace, list);
+    }
+    for (const { workspace, email, kind, name } of memberships) {
+      const key = `${workspace}\0${email}`;
+      let entry = this.#principals.get(key);
+      if (entry === undefined) {
+        entry = { groups: [], folders: [], isAdmin: false };
+        this.#principals.set(key, entry);
+      }
+      if (kind === 'group') entry.groups.push(name);
+      else if (kind === 'folder') entry.folders.push(name);
+      else entry.isAdmin = true;
+    }
+  }
+
+  datatable(workspace: string, name: string): CatalogDatatable | undefined {
+    return this.#datatables.get(`${workspace}\0${name}`);
+  }
+
+  roles(workspace: string): readonly CatalogRole[] {
+    return this.#rolesByWorkspace.get(workspace) ?? [];
+  }
+
+  role(oid: number): CatalogRole | undefined {
+    return this.#roleByOid.get(oid);
+  }
+
+  roleByName(workspace: string, name: string): CatalogRole | undefined {
+    return this.#roleByName.get(`${workspace}\0${name}`);
+  }
+
+  /** Memberships from the built-in directory. */
+  principals(workspace: string, email: string): Principals {
+    return this.#principals.get(`${workspace}\0${email}`) ?? NO_PRINCIPALS;
+  }
+
+  /** Every email the built-in directory or a `user:` tenant mentions in `workspace`. */
+  knownEmails(workspace: string): Set<string> {
+    const emails = new Set<string>();
+    const prefix = `${workspace}\0`;
+    for (const key of this.#principals.keys()) {
+      if (key.startsWith(prefix)) emails.add(key.slice(prefix.length));
+    }
+    for (const role of this.roles(workspace)) {
+      for (const tenant of role.tenants)
+        if (tenant.startsWith('user:')) emails.add(tenant.slice(5));
+    }
+    return emails;
+  }
+
+  workspaces(): Set<string> {
+    const all = new Set<string>();
+    for (const datatable of this.#datatables.values()) all.add(datatable.workspace);
+    return all;
+  }
+}
+
+export interface CatalogSnapshotEvents {
+  /** A new state was loaded. */
+  'catalog:refreshed': { generation: number };
+  /** The LISTEN connection went down or came back. */
+  'catalog:listener': { up: boolean };
+}
+
+export interface CatalogSnapshotOptions {
+  /** Pool on the catalog database (reads). */
+  pool: pg.Pool;
+  /** Connection for the dedicated LISTEN client. */
+  listenConnection: pg.ClientConfig;
+  logger?: Logger;
+  /** Delay before reconnecting a lost listener; doubles up to 5 s. @default 100 */
+  reconnectDelayMs?: number;
+}
+
+/**
+ * The catalog, kept in process and fresh through LISTEN/NOTIFY: every catalog change bumps the
+ * generation and notifies in the same transaction.
+ *
+ * Freshness rule (SPEC invariant 10): the in-memory state is served without a round trip only
+ * while the listener is connected and no notification has arrived since the state was read.
+ * After a notification, callers wait for a reload that started after it. While the listener is
+ * down, every read asks Postgres for the generation first and reloads when it moved — slower,
+ * never stale.
+ */
+export class CatalogSnapshot {
+  readonly events = new TypedEmitter<CatalogSnapshotEvents>();
+  readonly #pool: pg.Pool;
+  readonly #listenConfig: pg.ClientConfig;
+  readonly #logger: Logger;
+  readonly #baseDelayMs: number;
+  #state: CatalogState | null = null;
+  #listener: pg.Client | null = null;
+  #listenerUp = false;
+  /** Bumped on every notification and listener loss; a load is fresh only if it did not move. */
+  #epoch = 0;
+  #fresh = false;
+  #loading: { epoch: number; promise: Promise<CatalogState> } | null = null;
+  #reconnectTimer: NodeJS.Timeout | undefined;
+  #reconnectDelayMs: number;
+  #closed = false;
+
+  constructor(options: CatalogSnapshotOptions) {
+    this.#pool = options.pool;
+    this.#listenConfig = options.listenConnection;
+    this.#logger = options.logger ?? silentLogger;
+    this.#baseDelayMs = options.reconnectDelayMs ?? 100;
+    this.#reconnectDelayMs = this.#baseDelayMs;
+  }
+
+  /** Connects the listener, then loads the first state. */
+  async start(): Promise<void> {
+    await this.#listen().catch((err: unknown) => {
+      this.#logger.warn(
+        { err: (err as Error).message },
+        'catalog listener could not connect; reading Postgres directly',
+      );
+      this.#scheduleReconnect();
+    });
+    await this.#reload();
+  }
+
+  /** True while the in-memory state may be served without asking Postgres. */
+  get isFresh(): boolean {
+    return this.#fresh;
+  }
+
+  get listenerUp(): boolean {
+    return this.#listenerUp;
+  }
+
+  /** The last loaded generation (0 before the first load). */
+  get generation(): number {
+    return this.#state?.generation ?? 0;
+  }
+
+  /** The state if it is confirmed fresh, without any I/O; otherwise undefined. */
+  freshState(): CatalogState | undefined {
+    return this.#fresh ? (this.#state ?? undefined) : undefined;
+  }
+
+  /**
+   * A state no older than the catalog at the time of the call.
+   * @throws {RoleResolutionFailedError} when Postgres cannot be read (fail closed).
+   */
+  async current(): Promise<CatalogState> {
+    const fresh = this.freshState();
+    if (fresh !== undefined) return fresh;
+    try {
+      if (!this.#listenerUp) {
+        // No listener: confirm the generation with one tiny query before trusting memory. Every
+        // catalog change bumps it, so an equal generation means nothing changed since the read.
+        const { rows } = await this.#pool.query<{ value: string }>(sql.READ_GENERATION);
+        if (this.#state !== null && Number(rows[0]?.value) === this.#state.generation) {
+          return this.#state;
+        }
+        // Moved: only a load that starts now is new enough, so do not join one in flight.
+        this.#epoch++;
+      }
+      return await this.#reload();
+    } catch (err) {
+      throw new RoleResolutionFailedError('could not read the data-table catalog', { cause: err });
+    }
+  }
+
+  /** Resolves once a state at `generation` or newer is loaded (for tools and tests). */
+  async waitForGeneration(generation: number): Promise<void> {
+    if (this.generation >= generation) return;
+    await new Promise<void>((resolve) => {
+      const onRefresh = (event: { generation: number }) => {
+        if (event.generation < generation) return;
+        this.events.off('catalog:refreshed', onRefresh);
+        resolve();
+      };
+      this.events.on('catalog:refreshed', onRefresh);
+    });
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#fresh = false;
+    clearTimeout(this.#reconnectTimer);
+    const listener = this.#listener;
+    this.#listener = null;
+    await listener?.end().catch(() => {});
+    await this.#loading?.promise.catch(() => {});
+  }
+
+  /** Loads the catalog, joining a load that started after the latest notification. */
+  #reload(): Promise<CatalogState> {
+    if (this.#loading !== null && this.#loading.epoch === this.#epoch) return this.#loading.promise;
+    const epoch = this.#epoch;
+    const promise = this.#load().then(
+      (state) => {
+        if (this.#loading?.promise === promise) this.#loading = null;
+        if (this.#state === null || state.generation >= this.#state.generation) this.#state = state;
+        // Fresh only if nothing was announced (and the listener did not drop) while loading.
+        this.#fresh = this.#listenerUp && epoch === this.#epoch && !this.#closed;
+        this.events.emit('catalog:refreshed', { generation: state.generation });
+        if (!this.#fresh && this.#listenerUp && !this.#closed) void this.#reload().catch(() => {});
+        return this.#state;
+      },
+      (err: unknown) => {
+        if (this.#loading?.promise === promise) this.#loading = null;
+        throw err;
+      },
+    );
+    this.#loading = { epoch, promise };
+    return promise;
+  }
+
+  async #load(): Promise<CatalogState> {
+    const client = await this.#pool.connect();
+    try {
+      // One snapshot for all four reads, so generation and contents agree.
+      await client.query('begin transaction isolation level repeatable read read only');
+      const generation = await client.query<{ value: string }>(sql.READ_GENERATION);
+      const datatables = await client.query<{
+        workspace: string;
+        name: string;
+        database: string;
+        default_role: number | null;
+      }>(sql.READ_DATATABLES);
+      const roles = await client.query<{
+        oid: number;
+        workspace: string;
+        datatable: string;
+        name: string;
+        enabled: boolean;
+        tenants: string[];
+        secret: Buffer;
+        safe: boolean;
+      }>(sql.READ_ROLES);
+      const memberships = await client.query<{
+        workspace: string;
+        email: string;
+        kind: MembershipKind;
+        name: string;
+      }>(sql.READ_MEMBERSHIPS);
+      await client.query('commit');
+      return new CatalogState(
+        Number(generation.rows[0]?.value ?? 0),
+        datatables.rows.map((row) => ({
+          workspace: row.workspace,
+          name: row.name,
+          database: row.database,
+          defaultRole: row.default_role === null ? null : Number(row.default_role),
+        })),
+        roles.rows.map((row) => ({ ...row, oid: Number(row.oid) })),
+        memberships.rows,
+      );
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
+  async #listen(): Promise<void> {
+    const client = new pg.Client({
+      ...this.#listenConfig,
+      application_name: 'viewer-cache-listener',
+    });
+    const lost = (reason: string) => {
+      if (this.#listener !== client) return;
+      this.#listener = null;
+      this.#listenerUp = false;
+      this.#fresh = false;
+      this.#epoch++;
+      this.events.emit('catalog:listener', { up: false });
+      this.#logger.warn(
+        { reason },
+        'catalog listener lost; reading Postgres directly until it is back',
+      );
+      client.end().catch(() => {});
+      this.#scheduleReconnect();
+    };
+    client.on('error', (err) => lost(err.message));
+    client.on('end', () => lost('connection ended'));
+    client.on('notification', (message) => {
+      if (message.channel !== CATALOG_CHANNEL || this.#listener !== client) return;
+      // Stale from this instant: callers wait for a reload that starts after it.
+      this.#fresh = false;
+      this.#epoch++;
+      void this.#reload().catch((err: unknown) => {
+        this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
+      });
+    });
+    await client.connect();
+    await client.query(`listen ${CATALOG_CHANNEL}`);
+    if (this.#closed) {
+      await client.end();
+      return;
+    }
+    this.#listener = client;
+    this.#listenerUp = true;
+    // Changes made while we were not listening are unknown: the next read reloads.
+    this.#epoch++;
+    this.#reconnectDelayMs = this.#baseDelayMs;
+    this.events.emit('catalog:listener', { up: true });
+  }
+
+  #scheduleReconnect(): void {
+    if (this.#closed) return;
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = setTimeout(() => {
+      this.#listen()
+        .then(() => this.#reload())
+        .catch(() => {
+          this.#reconnectDelayMs = Math.min(this.#reconnectDelayMs * 2, 5000);
+          this.#scheduleReconnect();
+        });
+    }, this.#reconnectDelayMs);
+    this.#reconnectTimer.unref();
+  }
+}

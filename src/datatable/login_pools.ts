@@ -1,0 +1,186 @@
+import pg from 'pg';
+import type {
+  DatatableClient,
+  DatatableLease,
+  DatatableQueryResult,
+} from '../executor/datatable_connector.js';
+import { type Logger, silentLogger } from '../logger.js';
+
+export interface LoginPoolsOptions {
+  /** Host, port, TLS… of the data-table cluster; user, password and database are filled in. */
+  base: pg.ClientConfig;
+  /** Pools kept open at most; the least recently used idle pool is closed beyond it. */
+  maxPools: number;
+  /** Connections per login pool. */
+  poolSize: number;
+  /** An idle connection is closed after this long. */
+  idleTimeoutMs: number;
+  /** `statement_timeout` of every login connection; 0 = none. */
+  statementTimeoutMs: number;
+  logger?: Logger;
+}
+
+/** The login's password was refused (rotated or retired elsewhere); the caller re-resolves. */
+export class LoginAuthFailed extends Error {
+  constructor(cause: unknown) {
+    super('login authentication failed', { cause });
+  }
+}
+
+interface Entry {
+  readonly pool: pg.Pool;
+  readonly password: string;
+}
+
+/** SQLSTATEs meaning "these credentials no longer work". */
+const AUTH_FAILURES = new Set(['28P01', '28000']);
+
+/**
+ * One `pg.Pool` per (database, login) — never shared between logins (SPEC invariant 12). A
+ * connection goes back to its pool only after `DISCARD ALL` succeeded, so a runnable's `SET ROLE`,
+ * settings, temp tables, prepared statements or advisory locks never reach the next job; if the
+ * reset fails (say, a transaction was left open) the connection is closed instead.
+ */
+export class LoginPools {
+  readonly #options: LoginPoolsOptions;
+  readonly #logger: Logger;
+  /** Insertion order is recency: used entries are moved to the end. */
+  readonly #pools = new Map<string, Entry>();
+  #closed = false;
+
+  constructor(options: LoginPoolsOptions) {
+    this.#options = options;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  get size(): number {
+    return this.#pools.size;
+  }
+
+  /**
+   * A connection as `login` on `database`.
+   * @throws {LoginAuthFailed} when the password is refused (the pool is dropped).
+   */
+  async lease(database: string, login: string, password: string): Promise<DatatableLease> {
+    if (this.#closed) throw new Error('login pools are closed');
+    const key = `${database}\0${login}`;
+    let entry = this.#pools.get(key);
+    if (entry !== undefined && entry.password !== password) {
+      // Rotated (taken back with a new password): the old pool can only fail.
+      this.#drop(key, entry);
+      entry = undefined;
+    }
+    if (entry === undefined) {
+      entry = { pool: this.#newPool(database, login, password), password };
+      this.#pools.set(key, entry);
+      this.#evictIdle();
+    } else {
+      this.#pools.delete(key);
+      this.#pools.set(key, entry);
+    }
+    let client: pg.PoolClient;
+    try {
+      client = await entry.pool.connect();
+    } catch (err) {
+      if (AUTH_FAILURES.has((err as { code?: string }).code ?? '')) {
+        this.#drop(key, entry);
+        throw new LoginAuthFailed(err);
+      }
+      throw err;
+    }
+    return new PooledLease(client, this.#logger);
+  }
+
+  /** Closes every pool of `login` (after it was retired or disabled). */
+  evict(login: string): void {
+    for (const [key, entry] of this.#pools) {
+      if (key.endsWith(`\0${login}`)) this.#drop(key, entry);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const pools = [...this.#pools.values()].map((entry) => entry.pool);
+    this.#pools.clear();
+    await Promise.allSettled(pools.map((pool) => pool.end()));
+  }
+
+  #newPool(database: string, login: string, password: string): pg.Pool {
+    const { base, poolSize, idleTimeoutMs, statementTimeoutMs } = this.#options;
+    const pool = new pg.Pool({
+      ...base,
+      database,
+      user: login,
+      password,
+      max: poolSize,
+      idleTimeoutMillis: idleTimeoutMs,
+      allowExitOnIdle: true,
+      application_name: 'viewer-cache',
+      ...(statementTimeoutMs > 0 ? { statement_timeout: statementTimeoutMs } : {}),
+    });
+    // An idle connection can be terminated under us (login retired): the pool drops it.
+    pool.on('error', (err) => {
+      this.#logger.debug({ login, err: err.message }, 'idle data-table connection closed');
+    });
+    return pool;
+  }
+
+  #drop(key: string, entry: Entry): void {
+    if (this.#pools.get(key) === entry) this.#pools.delete(key);
+    entry.pool.end().catch(() => {});
+  }
+
+  /** Closes least recently used pools with nothing checked out while over `maxPools`. */
+  #evictIdle(): void {
+    for (const [key, entry] of this.#pools) {
+      if (this.#pools.size <= this.#options.maxPools) return;
+      const { pool } = entry;
+      if (pool.totalCount === pool.idleCount) this.#drop(key, entry);
+    }
+  }
+}
+
+/** A connection lent to one job. The runnable only ever sees {@link DatatableClient}. */
+class PooledLease implements DatatableLease {
+  #client: pg.PoolClient | null;
+  readonly #logger: Logger;
+  readonly client: DatatableClient;
+
+  constructor(client: pg.PoolClient, logger: Logger) {
+    this.#client = client;
+    this.#logger = logger;
+    // A frozen facade with no data properties: no credentials, no pool, no way to reconnect,
+    // and `JSON.stringify` of it is `{}` should a runnable return it.
+    this.client = Object.freeze({
+      query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
+        this.query(text, values) as Promise<DatatableQueryResult<Row>>,
+    });
+  }
+
+  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+    const client = this.#client;
+    if (client === null)
+      throw new Error('this data-table connection was released when its job ended');
+    const result = await client.query(values === undefined ? text : { text, values: [...values] });
+    return { rows: result.rows, rowCount: result.rowCount };
+  }
+
+  async release(destroy: boolean): Promise<void> {
+    const client = this.#client;
+    if (client === null) return;
+    this.#client = null;
+    if (destroy) {
+      client.release(true);
+      return;
+    }
+    // Not awaited: the job's result need not wait for the reset; the connection is simply not
+    // back in the pool until it is clean.
+    client.query('discard all').then(
+      () => client.release(),
+      (err: unknown) => {
+        this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
+        client.release(true);
+      },
+    );
+  }
+}

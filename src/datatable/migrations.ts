@@ -1,0 +1,132 @@
+import type pg from 'pg';
+
+/** Schema of the catalog tables, in the catalog database. */
+export const CATALOG_SCHEMA = 'viewer_cache';
+/** NOTIFY channel on which every catalog change announces its new generation. */
+export const CATALOG_CHANNEL = 'viewer_cache_catalog';
+/** Advisory lock key that serialises migrations across processes ('vcmigrat' in ASCII). */
+const MIGRATION_LOCK = 0x76636d6967726174n;
+
+interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly statements: readonly string[];
+}
+
+/**
+ * Versioned, append-only. Never edit a released migration: add the next one.
+ */
+const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'catalog',
+    statements: [
+      `create table viewer_cache.datatable (
+        workspace text not null,
+        name text not null,
+        database text not null,
+        default_role oid,
+        primary key (workspace, name)
+      )`,
+      // oid is the catalog id: the Postgres role's OID, stable across renames. `secret` is the
+      // nonce the role's login password is derived from (see passwords.ts), never the password.
+      `create table viewer_cache.role (
+        oid oid primary key,
+        workspace text not null,
+        datatable text not null,
+        name text not null,
+        enabled boolean not null default true,
+        tenants text[] not null default '{}',
+        secret bytea not null,
+        created_at timestamptz not null default now(),
+        foreign key (workspace, datatable) references viewer_cache.datatable (workspace, name)
+      )`,
+      `create table viewer_cache.membership (
+        workspace text not null,
+        email text not null,
+        kind text not null check (kind in ('group', 'folder', 'admin')),
+        name text not null,
+        primary key (workspace, email, kind, name)
+      )`,
+      // A row names a set login that can authenticate with the password derived from `secret`.
+      `create table viewer_cache.role_set (
+        login name primary key,
+        role_oids oid[] not null unique,
+        secret bytea not null,
+        created_at timestamptz not null default now()
+      )`,
+      `create table viewer_cache.generation (
+        id boolean primary key default true check (id),
+        value bigint not null
+      )`,
+      `insert into viewer_cache.generation (id, value) values (true, 1)`,
+    ],
+  },
+  {
+    version: 2,
+    name: 'api tokens',
+    statements: [
+      // Bearer tokens of the reference server, stored as SHA-256 only.
+      `create table viewer_cache.api_token (
+        token_hash bytea primary key,
+        workspace text not null,
+        email text not null,
+        label text,
+        created_at timestamptz not null default now()
+      )`,
+    ],
+  },
+];
+
+/** The newest migration version this build knows. */
+export const LATEST_CATALOG_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * Brings the catalog schema up to date. Safe to call from many processes at once: an advisory
+ * transaction lock serialises them, and each migration is applied at most once, in the same
+ * transaction that records it. Refuses to run against a catalog newer than this build.
+ *
+ * @returns the versions applied by this call (empty when already current).
+ */
+export async function migrateCatalog(pool: pg.Pool): Promise<number[]> {
+  const client = await pool.connect();
+  const applied: number[] = [];
+  try {
+    await client.query('begin');
+    await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK.toString()]);
+    await client.query(`create schema if not exists ${CATALOG_SCHEMA}`);
+    await client.query(
+      `create table if not exists ${CATALOG_SCHEMA}.migration (
+        version int primary key,
+        name text not null,
+        applied_at timestamptz not null default now()
+      )`,
+    );
+    const { rows } = await client.query<{ version: number }>(
+      `select version from ${CATALOG_SCHEMA}.migration`,
+    );
+    const done = new Set(rows.map((row) => row.version));
+    const newest = Math.max(0, ...done);
+    if (newest > LATEST_CATALOG_VERSION) {
+      throw new Error(
+        `the catalog is at version ${newest}, newer than this build (${LATEST_CATALOG_VERSION}): upgrade viewer-cache`,
+      );
+    }
+    for (const migration of MIGRATIONS) {
+      if (done.has(migration.version)) continue;
+      for (const statement of migration.statements) await client.query(statement);
+      await client.query(
+        `insert into ${CATALOG_SCHEMA}.migration (version, name) values ($1, $2)`,
+        [migration.version, migration.name],
+      );
+      applied.push(migration.version);
+    }
+    await client.query('commit');
+    return applied;
+  } catch (err) {
+    await client.query('rollback').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}

@@ -1,0 +1,55 @@
+import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+
+const pbkdf2Async = promisify(pbkdf2);
+const SCRAM_ITERATIONS = 4096;
+
+/**
+ * Managed login passwords are never stored. Each login's catalog row holds a random nonce; the
+ * password is HMAC-SHA-256(secretKey, label ‖ nonce). Without the secret key a database dump
+ * yields nothing, and rotating a password is writing a new nonce.
+ */
+export class PasswordDeriver {
+  readonly #key: Buffer;
+
+  constructor(secretKey: string | Uint8Array) {
+    const key =
+      typeof secretKey === 'string' ? Buffer.from(secretKey, 'utf8') : Buffer.from(secretKey);
+    if (key.byteLength < 32) {
+      throw new TypeError(
+        'secretKey must be at least 32 bytes (e.g. 64 hex characters from a secret store)',
+      );
+    }
+    this.#key = key;
+  }
+
+  /** A fresh nonce for a login's catalog row. */
+  static newNonce(): Buffer {
+    return randomBytes(24);
+  }
+
+  /**
+   * The password of a login. `label` ties it to the login's identity: `role:<oid>` for a role's
+   * own login (stable across renames), `set:<login>` for a set login.
+   */
+  password(label: string, nonce: Uint8Array): string {
+    return createHmac('sha256', this.#key)
+      .update(label)
+      .update('\0')
+      .update(nonce)
+      .digest('base64url');
+  }
+}
+
+/**
+ * A SCRAM-SHA-256 verifier for `password`, as `CREATE ROLE … PASSWORD` accepts it. Sending the
+ * verifier instead of the password keeps the password out of the server's statement log.
+ */
+export async function scramVerifier(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const salted = await pbkdf2Async(password, salt, SCRAM_ITERATIONS, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  const storedKey = createHash('sha256').update(clientKey).digest();
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest();
+  return `SCRAM-SHA-256$${SCRAM_ITERATIONS}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
+}

@@ -1,0 +1,20 @@
+/** Reads of the catalog snapshot; run together in one repeatable-read transaction. */
+
+export const READ_GENERATION = 'select value from viewer_cache.generation';
+
+export const READ_DATATABLES =
+  'select workspace, name, database, default_role from viewer_cache.datatable';
+
+/**
+ * Names come from pg_roles, so a rename is seen at once; a role that was dropped behind the
+ * catalog's back, or given SUPERUSER or BYPASSRLS, is marked unsafe and never handed out.
+ */
+export const READ_ROLES = `
+  select r.oid, r.workspace, r.datatable, coalesce(a.rolname, r.name) as name, r.enabled,
+         r.tenants, r.secret,
+         (a.oid is not null and not a.rolsuper and not a.rolbypassrls) as safe
+    from viewer_cache.role r
+    left join pg_catalog.pg_roles a on a.oid = r.oid
+   order by r.oid`;
+
+export const READ_MEMBERSHIPS = 'select workspace, email, kind, name from viewer_cache.membership';
