@@ -22,6 +22,8 @@ export class ViewerCacheError extends Error {
 function defineError(code: string, name: string, defaultMessage: string, status: number) {
   const cls = class extends ViewerCacheError {
     static override readonly code = code;
+    /** The message used when none is given; safe to show to anyone. */
+    static readonly defaultMessage = defaultMessage;
     constructor(message: string = defaultMessage, options: { cause?: unknown } = {}) {
       super(message, { ...options, code, status });
     }

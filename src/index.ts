@@ -6,6 +6,11 @@ export type {
   ScopeFn,
 } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
+export type {
+  CatalogAdmin,
+  CatalogChange,
+  RoleInfo,
+} from './datatable/catalog_admin.js';
 export type { DatatableAccess, DatatableRef } from './datatable/datatable_ref.js';
 export {
   accessFromRoleName,
@@ -15,9 +20,35 @@ export {
   parseDatatableRef,
   validateRoleName,
 } from './datatable/datatable_ref.js';
+export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
+export { createDatatables } from './datatable/datatables.js';
+export type { DatatablesEvents } from './datatable/datatables_events.js';
+export type { Directory, MembershipKind, Principals } from './datatable/directory.js';
+export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/migrations.js';
 export type { ByteSize, Duration } from './duration.js';
 export type { ErrorCode } from './errors.js';
-export { errors, ViewerCacheError } from './errors.js';
+export {
+  ArgsNotJsonError,
+  CatalogError,
+  ConnectFailedError,
+  DatatableUnavailableError,
+  ExecutorFailedError,
+  ExecutorTimeoutError,
+  errors,
+  InvalidDatatableRefError,
+  InvalidJobError,
+  InvalidRoleNameError,
+  NoDefaultRoleError,
+  NoRolesError,
+  NoViewerError,
+  RoleNotPermittedError,
+  RoleResolutionFailedError,
+  StoreUnavailableError,
+  UnknownDatatableError,
+  UnknownRoleError,
+  UnknownRunnableError,
+  ViewerCacheError,
+} from './errors.js';
 export type {
   BypassReason,
   NotStoredReason,
@@ -33,6 +64,7 @@ export type {
   DatatableRequest,
   Executor,
   JobRequest,
+  JobTokenIssuer,
   RawExecutorOptions,
   RunContext,
   RunnableDefinition,
@@ -50,6 +82,7 @@ export type {
   RunOrigin,
 } from './job.js';
 export { recordViewer } from './job.js';
+export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

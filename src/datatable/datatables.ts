@@ -114,6 +114,7 @@ class DatatableService implements Datatables {
   readonly #passwords: PasswordDeriver;
   readonly #directory: Directory | null;
   readonly #logger: Logger;
+  #closed = false;
 
   constructor(options: RawDatatablesOptions) {
     if (options === null || typeof options !== 'object')
@@ -135,9 +136,10 @@ class DatatableService implements Datatables {
     const { user: _user, password: _password, database: _database, ...loginConfig } = adminConfig;
 
     this.#pool = new pg.Pool({ ...adminConfig, max: 4, application_name: 'viewer-cache-admin' });
-    this.#pool.on('error', (err) =>
-      this.#logger.warn({ err: err.message }, 'catalog connection lost'),
-    );
+    this.#pool.on('error', (err) => {
+      // After close(), connections ending with the server are expected, not news.
+      if (!this.#closed) this.#logger.warn({ err: err.message }, 'catalog connection lost');
+    });
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
       listenConnection: adminConfig,
@@ -345,6 +347,7 @@ class DatatableService implements Datatables {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     await this.#snapshot.close();
     await this.#pools.close();
     await this.#pool.end().catch(() => {});

@@ -1,0 +1,66 @@
+import { resolve } from 'node:path';
+
+/** Everything the reference server and CLI read from the environment, resolved once. */
+export interface ServerConfig {
+  /** Catalog + data-table cluster; null = embedded PostgreSQL under `dataDir`. */
+  readonly databaseUrl: string | null;
+  /** Redis (comma-separated nodes = Cluster); null = in-process cache. */
+  readonly redisUrl: string | null;
+  readonly redisCluster: boolean;
+  readonly host: string;
+  readonly port: number;
+  /** Project-local folder for embedded Postgres data, the generated secret key, … */
+  readonly dataDir: string;
+  /** Port of the embedded PostgreSQL. */
+  readonly embeddedPgPort: number;
+  /** From VIEWER_CACHE_SECRET_KEY, else generated once into `dataDir`. */
+  readonly secretKey: string | null;
+  readonly logLevel: string;
+  /** Pretty logs (a TTY), else JSON lines. */
+  readonly prettyLogs: boolean;
+  /** Run the demo seed on start. */
+  readonly seedDemo: boolean;
+  /** How often the demo schedule runs. */
+  readonly scheduleEveryMs: number;
+}
+
+export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const port = integer(env['PORT'] ?? '3000', 'PORT', 0, 65535);
+  const redisUrl = env['REDIS_URL'] || null;
+  return {
+    databaseUrl: env['DATABASE_URL'] || null,
+    redisUrl,
+    redisCluster: env['REDIS_CLUSTER'] === 'true' || (redisUrl?.includes(',') ?? false),
+    host: env['HOST'] || '127.0.0.1',
+    port,
+    dataDir: resolve(env['VIEWER_CACHE_DATA_DIR'] || '.viewer-cache'),
+    embeddedPgPort: integer(
+      env['VIEWER_CACHE_PG_PORT'] ?? '54329',
+      'VIEWER_CACHE_PG_PORT',
+      1,
+      65535,
+    ),
+    secretKey: env['VIEWER_CACHE_SECRET_KEY'] || null,
+    logLevel: env['LOG_LEVEL'] || 'info',
+    prettyLogs:
+      env['LOG_FORMAT'] === 'pretty' ||
+      (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
+    seedDemo: env['VIEWER_CACHE_DEMO'] !== 'false',
+    scheduleEveryMs: integer(
+      env['VIEWER_CACHE_SCHEDULE_MS'] ?? '60000',
+      'VIEWER_CACHE_SCHEDULE_MS',
+      1000,
+      86_400_000,
+    ),
+  };
+}
+
+function integer(raw: string, name: string, min: number, max: number): number {
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new TypeError(
+      `${name} must be an integer between ${min} and ${max} (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return value;
+}

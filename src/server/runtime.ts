@@ -1,0 +1,197 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Cluster, Redis } from 'ioredis';
+import pg from 'pg';
+import { pino } from 'pino';
+import {
+  type CacheStore,
+  createDatatables,
+  createExecutor,
+  type Datatables,
+  type Logger,
+  MemoryCacheStore,
+  RedisCacheStore,
+  withResultCache,
+} from '../index.js';
+import type { ServerConfig } from './config.js';
+import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
+import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
+import { buildHttpApp } from './http.js';
+import { createMetrics } from './metrics.js';
+import { Scheduler } from './scheduler.js';
+import { ApiTokens, JobTokens } from './tokens.js';
+
+/** pino, pretty on a TTY; identities, tokens, passwords and args are redacted wherever they appear. */
+export function createServerLogger(config: Pick<ServerConfig, 'logLevel' | 'prettyLogs'>): Logger {
+  return pino({
+    level: config.logLevel,
+    redact: {
+      paths: [
+        'req.headers.authorization',
+        'password',
+        '*.password',
+        'token',
+        '*.token',
+        'args',
+        '*.args',
+        'email',
+        '*.email',
+        'viewer',
+        '*.viewer',
+      ],
+      censor: '[redacted]',
+    },
+    ...(config.prettyLogs
+      ? {
+          transport: {
+            target: 'pino-pretty',
+            options: { colorize: true, translateTime: 'SYS:HH:MM:ss' },
+          },
+        }
+      : {}),
+  });
+}
+
+/** The secret key from config, else the one generated into the data folder on first start. */
+export async function loadSecretKey(config: ServerConfig): Promise<string> {
+  if (config.secretKey !== null) return config.secretKey;
+  const file = join(config.dataDir, 'secret.key');
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
+  await mkdir(config.dataDir, { recursive: true, mode: 0o711 });
+  const key = randomBytes(32).toString('hex');
+  await writeFile(file, `${key}\n`, { mode: 0o600, flag: 'wx' }).catch(
+    async (err: { code?: string }) => {
+      if (err.code !== 'EEXIST') throw err;
+    },
+  );
+  return (await readFile(file, 'utf8')).trim();
+}
+
+/** The database URL from config, else an embedded PostgreSQL under the data folder. */
+export async function openDatabase(
+  config: ServerConfig,
+  logger: Logger,
+): Promise<{ url: string; embedded: EmbeddedPostgresHandle | null }> {
+  if (config.databaseUrl !== null) return { url: config.databaseUrl, embedded: null };
+  const embedded = await startEmbeddedPostgres(
+    join(config.dataDir, 'pg'),
+    config.embeddedPgPort,
+    logger,
+  );
+  return { url: embedded.url, embedded };
+}
+
+export interface RunningServer {
+  readonly url: string;
+  readonly demoTokens: Record<string, string>;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the reference server: Postgres (given or embedded), the catalog, the cache store (Redis
+ * or in process), the executor with the demo runnables, the scheduler and the HTTP API.
+ */
+export async function startServer(config: ServerConfig, logger: Logger): Promise<RunningServer> {
+  const cleanup: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const step of cleanup.reverse()) await step().catch(() => {});
+  };
+  try {
+    const secretKey = await loadSecretKey(config);
+    const database = await openDatabase(config, logger);
+    if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
+
+    const datatables: Datatables = await createDatatables({
+      connection: database.url,
+      secretKey,
+      logger,
+    });
+    cleanup.push(() => datatables.close());
+    const pool = new pg.Pool({
+      connectionString: database.url,
+      max: 4,
+      application_name: 'viewer-cache-server',
+    });
+    pool.on('error', (err) => logger.warn({ err: err.message }, 'server database connection lost'));
+    cleanup.push(() => pool.end());
+
+    let store: CacheStore;
+    let pingStore: (() => Promise<void>) | undefined;
+    if (config.redisUrl !== null) {
+      const redis = openRedis(config);
+      redis.on('error', (err: Error) =>
+        logger.debug({ err: err.message }, 'redis connection error'),
+      );
+      cleanup.push(() => redis.quit());
+      store = new RedisCacheStore({ redis });
+      pingStore = async () => {
+        await redis.ping();
+      };
+    } else {
+      store = new MemoryCacheStore();
+    }
+
+    let baseUrl = '';
+    const world = demoWorld(() => baseUrl);
+    const jobTokens = new JobTokens();
+    const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    const cache = withResultCache(executor, { store, scope: datatables.scope, logger });
+    const apiTokens = new ApiTokens(pool);
+
+    let demoTokens: Record<string, string> = {};
+    if (config.seedDemo) {
+      const seeded = await seedDemo({
+        datatables,
+        databaseUrl: database.url,
+        tokens: apiTokens,
+        secretKey,
+        ...(process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX']
+          ? { rolePrefix: process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] }
+          : {}),
+      });
+      demoTokens = seeded.tokens;
+    }
+
+    const scheduler = new Scheduler(DEMO_WORKSPACE, world.schedules, executor, cache, logger);
+    cleanup.push(async () => scheduler.stop());
+    const metrics = createMetrics(cache, datatables);
+    const app = buildHttpApp({
+      logger,
+      executor,
+      cache,
+      datatables,
+      world,
+      apiTokens,
+      jobTokens,
+      scheduler,
+      metrics,
+      ...(pingStore ? { pingStore } : {}),
+    });
+    cleanup.push(() => app.close());
+    const address = await app.listen({ host: config.host, port: config.port });
+    baseUrl = address.replace('[::1]', 'localhost');
+    // The first scheduled run happens before anyone is told the server is up.
+    await scheduler.tick();
+    scheduler.start(config.scheduleEveryMs);
+    return { url: baseUrl, demoTokens, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+function openRedis(config: ServerConfig): Redis | Cluster {
+  const url = config.redisUrl!;
+  if (!config.redisCluster)
+    return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
+  const nodes = url.split(',').map((entry) => {
+    const parsed = new URL(entry.includes('://') ? entry : `redis://${entry}`);
+    return { host: parsed.hostname, port: Number(parsed.port || 6379) };
+  });
+  return new Cluster(nodes, {
+    enableOfflineQueue: false,
+    redisOptions: { maxRetriesPerRequest: 1 },
+  });
+}
