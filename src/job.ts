@@ -52,15 +52,20 @@ export type RunOrigin =
  * caller can type never reach it. Returns `null` when the run has no viewer.
  */
 export function recordViewer(origin: RunOrigin): string | null {
+  if (origin === null || typeof origin !== 'object') {
+    throw new InvalidJobError('a run origin is required');
+  }
+  // Optional chaining below: a malformed origin (no session, caller or parent) fails closed
+  // with E_INVALID_JOB rather than a TypeError; only an explicit `session: null` is anonymous.
   switch (origin.kind) {
     case 'app':
-      return origin.session === null ? null : requireEmail(origin.session.email);
+      return origin.session === null ? null : requireEmail(origin.session?.email);
     case 'run':
     case 'preview':
-      return requireEmail(origin.caller.email);
+      return requireEmail(origin.caller?.email);
     case 'job-token': {
       // A child inherits its parent's *viewer*, never the parent's runner identity.
-      const parentViewer = origin.parent.perms.endUserEmail;
+      const parentViewer = origin.parent?.perms?.endUserEmail;
       return parentViewer === null ? null : requireEmail(parentViewer);
     }
     case 'schedule':

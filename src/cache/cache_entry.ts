@@ -30,6 +30,10 @@ export type EntryRejection = 'corrupt' | 'foreign-key' | 'expired';
 export function encodeEntry(key: string, expiresAt: number, payload: Uint8Array): Uint8Array {
   const keyBytes = Buffer.byteLength(key, 'utf8');
   if (keyBytes > MAX_KEY_BYTES) throw new RangeError('cache key too long');
+  // decodeEntry compares keys as latin1 (no UTF-8 decode on the hit path), which is exact only
+  // for ASCII: 'é' written as UTF-8 would read back as 'Ã©'. Cache keys are ASCII by
+  // construction; refuse anything else rather than let two keys compare equal.
+  if (keyBytes !== key.length) throw new RangeError('cache key must be ASCII');
   const out = Buffer.allocUnsafe(HEADER + keyBytes + payload.byteLength);
   out[0] = MAGIC_0;
   out[1] = MAGIC_1;

@@ -36,6 +36,11 @@ export interface RunContext {
   /** Aborted when the job times out; pass it to anything long-running. */
   readonly signal: AbortSignal;
   /**
+   * A token that starts child jobs through a server's API as this job (a job-token origin), when
+   * the executor was given {@link RawExecutorOptions.jobTokens}; valid only while the job runs.
+   */
+  readonly jobToken: string | null;
+  /**
    * Runs another registered runnable as a child job: it runs as this job's runner, for this
    * job's viewer (a job-token origin), and goes through the same cache.
    * @returns the child's result value.
@@ -89,6 +94,14 @@ export interface RawExecutorOptions {
   logger?: Logger;
   /** Job ids for child jobs and {@link Executor.createJob}. @default crypto.randomUUID */
   newJobId?: () => string;
+  /** Issues `ctx.jobToken` when a job starts and revokes it when the job ends. @default none */
+  jobTokens?: JobTokenIssuer;
+}
+
+/** Where job tokens come from (a server that accepts them on a child-run route). */
+export interface JobTokenIssuer {
+  issue(job: Job): string;
+  revoke(job: Job): void;
 }
 
 /** What a server knows when it starts a run. */
@@ -176,13 +189,17 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       const found = lookup(job.runnable.path, job.runnable.hash);
       const dispatcher = runOptions?.dispatcher ?? executor;
       const leases: DatatableLease[] = [];
+      const state = { ended: false };
       const abort = new AbortController();
       let timer: NodeJS.Timeout | undefined;
       const started = performance.now();
+      const jobToken = options.jobTokens?.issue(job) ?? null;
       try {
         const work = runDefinition(found.definition, job, {
+          jobToken,
           dispatcher,
           leases,
+          state,
           signal: abort.signal,
           datatables,
           createChild: (path, args, cacheTtlS) => {
@@ -227,6 +244,9 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         });
       } finally {
         clearTimeout(timer);
+        if (jobToken !== null) options.jobTokens?.revoke(job);
+        // From here on a connection that is still opening is released on arrival (see connect).
+        state.ended = true;
         // A timed-out job may still hold a connection mid-query: destroy rather than reuse it.
         const destroy = abort.signal.aborted;
         await Promise.allSettled(leases.map((lease) => lease.release(destroy)));
@@ -237,8 +257,11 @@ export function createExecutor(options: RawExecutorOptions): Executor {
 }
 
 interface RunDeps {
+  jobToken: string | null;
   dispatcher: JobExecutor;
   leases: DatatableLease[];
+  /** `ended` turns true once the job's leases have been released. */
+  state: { ended: boolean };
   signal: AbortSignal;
   datatables: DatatableConnector | undefined;
   createChild(path: string, args: Record<string, unknown>, cacheTtlS: number | undefined): Job;
@@ -253,6 +276,14 @@ async function runDefinition(
     if (deps.datatables === undefined) throw new DatatableUnavailableError();
     if (deps.signal.aborted) throw new ExecutorTimeoutError();
     const lease = await deps.datatables.connect(job, ref);
+    if (deps.state.ended) {
+      // The job timed out (or returned without awaiting this) while the connection was opening:
+      // its leases were already released, so nobody else would ever give this one back.
+      await lease.release(deps.signal.aborted).catch(() => {});
+      throw deps.signal.aborted
+        ? new ExecutorTimeoutError()
+        : new ExecutorFailedError('the job ended before its data-table connection opened');
+    }
     deps.leases.push(lease);
     return lease;
   };
@@ -271,6 +302,7 @@ async function runDefinition(
     workspace: job.workspace,
     viewer: job.perms.endUserEmail,
     signal: deps.signal,
+    jobToken: deps.jobToken,
     async runChild(path, childArgs = {}, childOptions) {
       const child = deps.createChild(path, childArgs, childOptions?.cacheTtlS);
       const result = await deps.dispatcher.run(child);

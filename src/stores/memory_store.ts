@@ -36,6 +36,10 @@ export class MemoryCacheStore implements CacheStore {
     const now = options.now;
     if (now !== undefined && typeof now !== 'function')
       throw new TypeError('now must be a function');
+    // lru-cache treats a start time of 0 as "no TTL" and, with its default ttlResolution, reuses
+    // one clock reading for 1 ms of *real* time. With an injected clock both would keep entries
+    // past their TTL: rebase the clock so it reads ≥ 1, and read it on every check.
+    const offset = now === undefined ? 0 : 1 - now();
     this.#lru = new LRUCache<string, Uint8Array>({
       maxSize,
       maxEntrySize,
@@ -43,7 +47,7 @@ export class MemoryCacheStore implements CacheStore {
       sizeCalculation: (value, key) => value.byteLength + key.length,
       // TTLs are checked lazily on read; no timer per entry.
       ttlAutopurge: false,
-      ...(now ? { perf: { now } } : {}),
+      ...(now ? { perf: { now: () => now() + offset }, ttlResolution: 0 } : {}),
     });
   }
 

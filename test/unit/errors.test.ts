@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { coerceError } from '../../src/errors.js';
+import { errors, ViewerCacheError } from '../../src/index.js';
+
+const entries = Object.entries(errors);
+
+describe('error catalogue', () => {
+  it('is not empty and every code is E_*', () => {
+    expect(entries.length).toBeGreaterThan(10);
+    for (const [code] of entries) expect(code).toMatch(/^E_[A-Z_]+$/);
+  });
+
+  it.each(entries)('%s: the static code equals its map key', (code, cls) => {
+    expect(cls.code).toBe(code);
+  });
+
+  it.each(entries)('%s: instances carry code, status, name, message and cause', (code, cls) => {
+    const plain = new cls();
+    expect(plain).toBeInstanceOf(ViewerCacheError);
+    expect(plain).toBeInstanceOf(Error);
+    expect(plain.code).toBe(code);
+    expect(Number.isInteger(plain.status)).toBe(true);
+    expect(plain.status).toBeGreaterThanOrEqual(400);
+    expect(plain.status).toBeLessThan(600);
+    expect(plain.message.length).toBeGreaterThan(0);
+    expect(plain.name).toBe(cls.name);
+    expect(plain.name).toMatch(/Error$/);
+    expect(plain.cause).toBeUndefined();
+
+    const cause = new Error('underlying');
+    const wrapped = new cls('custom message', { cause });
+    expect(wrapped.message).toBe('custom message');
+    expect(wrapped.cause).toBe(cause);
+    expect(wrapped.code).toBe(code);
+  });
+
+  it('codes and class names are unique', () => {
+    expect(new Set(entries.map(([, cls]) => cls.name)).size).toBe(entries.length);
+  });
+
+  it('coerceError normalises anything thrown into an Error', () => {
+    const err = new Error('x');
+    expect(coerceError(err)).toBe(err);
+    expect(coerceError('text').message).toBe('text');
+    const odd = { not: 'an error' };
+    const coerced = coerceError(odd);
+    expect(coerced).toBeInstanceOf(Error);
+    expect(coerced.cause).toBe(odd);
+    expect(coerced.message).not.toContain('an error');
+  });
+});

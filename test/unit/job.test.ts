@@ -1,0 +1,217 @@
+import { describe, expect, it } from 'vitest';
+import type { JobPerms, RunOrigin } from '../../src/index.js';
+import { cachedResultPath, createExecutor, recordViewer } from '../../src/index.js';
+import { ComputedResult, StoredResult } from '../../src/job.js';
+
+const alice = 'alice@example.com';
+const publisher = 'publisher@example.com';
+
+describe('recordViewer (SPEC invariant 1)', () => {
+  const cases: Array<[string, RunOrigin, string | null]> = [
+    [
+      'app request, signed-in session → the session user',
+      { kind: 'app', session: { email: alice } },
+      alice,
+    ],
+    ['app request, anonymous visitor → none', { kind: 'app', session: null }, null],
+    ['direct run → the caller', { kind: 'run', caller: { email: alice } }, alice],
+    ['preview → the caller', { kind: 'preview', caller: { email: alice } }, alice],
+    [
+      "job token → the parent's viewer",
+      { kind: 'job-token', parent: { perms: { email: publisher, endUserEmail: alice } } },
+      alice,
+    ],
+    [
+      'job token of a parent without a viewer → none (never the parent runner)',
+      { kind: 'job-token', parent: { perms: { email: publisher, endUserEmail: null } } },
+      null,
+    ],
+    ['schedule → none', { kind: 'schedule' }, null],
+    ['trigger → none', { kind: 'trigger' }, null],
+    ['AI-agent tool step → none', { kind: 'agent-tool' }, null],
+  ];
+
+  it.each(cases)('%s', (_name, origin, expected) => {
+    expect(recordViewer(origin)).toBe(expected);
+  });
+
+  it("a job-token origin takes the parent's viewer, not its runner, at every depth", () => {
+    let perms: JobPerms = { email: publisher, endUserEmail: alice };
+    for (let depth = 0; depth < 5; depth++) {
+      const viewer = recordViewer({ kind: 'job-token', parent: { perms } });
+      expect(viewer).toBe(alice);
+      perms = { email: `runner-${depth}@example.com`, endUserEmail: viewer };
+    }
+  });
+
+  it.each([
+    ['an unknown kind', { kind: 'webhook-v2' }],
+    ['a kind in another case', { kind: 'APP', session: { email: alice } }],
+    ['no kind', { session: { email: alice } }],
+  ])('refuses %s with E_INVALID_JOB (fails closed)', (_name, origin) => {
+    expect(() => recordViewer(origin as unknown as RunOrigin)).toThrow(
+      expect.objectContaining({ code: 'E_INVALID_JOB' }),
+    );
+  });
+
+  it.each([
+    ['no origin at all', null],
+    ['an app origin without a session field', { kind: 'app' }],
+    ['a run origin without a caller', { kind: 'run' }],
+    ['a job-token origin without a parent', { kind: 'job-token' }],
+    [
+      'a parent whose viewer was never recorded',
+      { kind: 'job-token', parent: { perms: { email: 'p@x' } } },
+    ],
+  ])('refuses %s with E_INVALID_JOB, never as "no viewer"', (_name, origin) => {
+    expect(() => recordViewer(origin as unknown as RunOrigin)).toThrow(
+      expect.objectContaining({ code: 'E_INVALID_JOB' }),
+    );
+  });
+
+  it.each<[string, RunOrigin]>([
+    ['an empty session email', { kind: 'app', session: { email: '' } }],
+    ['an empty caller email', { kind: 'run', caller: { email: '' } }],
+    ['a non-string caller email', { kind: 'preview', caller: { email: 42 as unknown as string } }],
+    [
+      'a parent viewer that is the empty string',
+      { kind: 'job-token', parent: { perms: { email: publisher, endUserEmail: '' } } },
+    ],
+  ])('refuses %s: an empty identity is not "no viewer"', (_name, origin) => {
+    expect(() => recordViewer(origin)).toThrow(expect.objectContaining({ code: 'E_INVALID_JOB' }));
+  });
+
+  it('ignores every field of the origin except the ones the table names', () => {
+    const origin = {
+      kind: 'schedule',
+      session: { email: alice },
+      caller: { email: alice },
+      endUserEmail: alice,
+      viewer: alice,
+      as: alice,
+    } as unknown as RunOrigin;
+    expect(recordViewer(origin)).toBeNull();
+    const anonymous = {
+      kind: 'app',
+      session: null,
+      caller: { email: alice },
+    } as unknown as RunOrigin;
+    expect(recordViewer(anonymous)).toBeNull();
+  });
+});
+
+describe('executor.createJob records the viewer from the origin only', () => {
+  const seen: Array<string | null> = [];
+  const executor = createExecutor({
+    runnables: {
+      'f/app/who': {
+        fn: (args, ctx) => {
+          seen.push(ctx.viewer);
+          return { viewer: ctx.viewer, args };
+        },
+        cacheTtlS: 30,
+      },
+    },
+  });
+  const smuggling = {
+    endUserEmail: 'mallory@example.com',
+    viewer: 'mallory@example.com',
+    as: 'mallory@example.com',
+    perms: { email: 'mallory@example.com', endUserEmail: 'mallory@example.com' },
+  };
+
+  it.each<[string, RunOrigin, string | null]>([
+    ['signed-in app session', { kind: 'app', session: { email: alice } }, alice],
+    ['anonymous app visitor', { kind: 'app', session: null }, null],
+    ['direct run', { kind: 'run', caller: { email: alice } }, alice],
+    ['preview', { kind: 'preview', caller: { email: alice } }, alice],
+    [
+      'job token',
+      { kind: 'job-token', parent: { perms: { email: publisher, endUserEmail: alice } } },
+      alice,
+    ],
+    ['schedule', { kind: 'schedule' }, null],
+    ['trigger', { kind: 'trigger' }, null],
+    ['agent tool', { kind: 'agent-tool' }, null],
+  ])('%s: args carrying endUserEmail, viewer and as change nothing', async (_n, origin, viewer) => {
+    const plain = executor.createJob({
+      workspace: 'ws',
+      path: 'f/app/who',
+      runAs: publisher,
+      origin,
+      id: 'j1',
+    });
+    const smuggled = executor.createJob({
+      workspace: 'ws',
+      path: 'f/app/who',
+      args: smuggling,
+      runAs: publisher,
+      origin,
+      id: 'j2',
+    });
+    expect(plain.perms).toEqual({ email: publisher, endUserEmail: viewer });
+    expect(smuggled.perms).toEqual({ email: publisher, endUserEmail: viewer });
+    expect(smuggled.cacheTtlS).toBe(30);
+
+    const result = await executor.run(smuggled);
+    expect((result.value as { viewer: unknown }).viewer).toBe(viewer);
+    expect(seen.at(-1)).toBe(viewer);
+
+    // The smuggled args are part of the key as data, never as identity: the entry is the
+    // recorded viewer's, and differs from mallory's own.
+    const mallorys = executor.createJob({
+      workspace: 'ws',
+      path: 'f/app/who',
+      args: smuggling,
+      runAs: publisher,
+      origin: { kind: 'run', caller: { email: 'mallory@example.com' } },
+    });
+    expect(cachedResultPath(smuggled)).not.toBe(cachedResultPath(mallorys));
+    expect(cachedResultPath(smuggled)).toBe(
+      cachedResultPath({ ...plain, args: structuredClone(smuggling) }),
+    );
+  });
+
+  it('refuses an unknown origin kind with E_INVALID_JOB', () => {
+    expect(() =>
+      executor.createJob({
+        workspace: 'ws',
+        path: 'f/app/who',
+        runAs: publisher,
+        origin: { kind: 'header' } as unknown as RunOrigin,
+      }),
+    ).toThrow(expect.objectContaining({ code: 'E_INVALID_JOB' }));
+  });
+
+  it('refuses an empty runAs', () => {
+    expect(() =>
+      executor.createJob({
+        workspace: 'ws',
+        path: 'f/app/who',
+        runAs: '',
+        origin: { kind: 'schedule' },
+      }),
+    ).toThrow(expect.objectContaining({ code: 'E_INVALID_JOB' }));
+  });
+});
+
+describe('results', () => {
+  it('ComputedResult serialises once, and undefined as JSON null', () => {
+    const result = new ComputedResult('j', { a: [1, 'é'] });
+    expect(result.fromCache).toBe(false);
+    const bytes = result.json();
+    expect(Buffer.from(bytes).toString('utf8')).toBe('{"a":[1,"é"]}');
+    expect(result.json()).toBe(bytes);
+    expect(Buffer.from(new ComputedResult('j', undefined).json()).toString()).toBe('null');
+  });
+
+  it('StoredResult hands back its bytes and parses them only when value is read', () => {
+    const backing = Buffer.from('xx[1,{"b":2}]yy');
+    const view = backing.subarray(2, backing.length - 2);
+    const result = new StoredResult('j', view);
+    expect(result.fromCache).toBe(true);
+    expect(result.json()).toBe(view);
+    expect(result.value).toEqual([1, { b: 2 }]);
+    expect(result.value).toBe(result.value);
+  });
+});
