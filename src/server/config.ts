@@ -7,6 +7,10 @@ export interface ServerConfig {
   /** Redis (comma-separated nodes = Cluster); null = in-process cache. */
   readonly redisUrl: string | null;
   readonly redisCluster: boolean;
+  /** Prefix of every cache key in Redis, so several servers can share one Redis. */
+  readonly redisPrefix: string;
+  /** Longest a Redis command may take before the run goes uncached (ms). */
+  readonly redisTimeoutMs: number;
   readonly host: string;
   readonly port: number;
   /** Project-local folder for embedded Postgres data, the generated secret key, … */
@@ -31,6 +35,13 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     databaseUrl: env['DATABASE_URL'] || null,
     redisUrl,
     redisCluster: env['REDIS_CLUSTER'] === 'true' || (redisUrl?.includes(',') ?? false),
+    redisPrefix: env['VIEWER_CACHE_REDIS_PREFIX'] || 'vc:',
+    redisTimeoutMs: integer(
+      env['VIEWER_CACHE_REDIS_TIMEOUT_MS'] ?? '200',
+      'VIEWER_CACHE_REDIS_TIMEOUT_MS',
+      1,
+      60_000,
+    ),
     host: env['HOST'] || '127.0.0.1',
     port,
     dataDir: resolve(env['VIEWER_CACHE_DATA_DIR'] || '.viewer-cache'),

@@ -71,7 +71,11 @@ export function buildHttpApp(deps: HttpDeps) {
   const app = Fastify({
     loggerInstance: deps.logger,
     bodyLimit: deps.bodyLimit ?? 64 * 1024,
+    // Fastify's default strips unknown body fields; `additionalProperties: false` must refuse them.
+    ajv: { customOptions: { removeAdditional: false } },
   });
+  // Bodies are JSON only: without this, a text/plain body would reach the routes as a string.
+  app.removeContentTypeParser('text/plain');
 
   app.addHook('onResponse', async (request, reply) => {
     metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.statusCode);

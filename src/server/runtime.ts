@@ -125,7 +125,11 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         logger.debug({ err: err.message }, 'redis connection error'),
       );
       cleanup.push(() => redis.quit());
-      store = new RedisCacheStore({ redis });
+      store = new RedisCacheStore({
+        redis,
+        prefix: config.redisPrefix,
+        commandTimeout: config.redisTimeoutMs,
+      });
       pingStore = async () => {
         await redis.ping();
       };
