@@ -32,6 +32,11 @@ export interface CatalogAdminOptions {
   setLogins: RoleSetLogins;
   /** Called when a login must not be used any more in this process (pools closed). */
   onLoginGone: (login: string) => void;
+  /**
+   * Called as soon as a change has committed, with its generation, so this process stops
+   * serving its in-memory catalog before its own NOTIFY comes back.
+   */
+  onCommitted?: (generation: number) => void;
   logger?: Logger;
 }
 
@@ -289,7 +294,9 @@ export class CatalogAdmin {
       await fn(client);
       const { rows } = await client.query<{ value: string }>(sql.BUMP_GENERATION);
       await client.query('commit');
-      return { generation: Number(rows[0]!.value) };
+      const generation = Number(rows[0]!.value);
+      this.#options.onCommitted?.(generation);
+      return { generation };
     } catch (err) {
       await client.query('rollback').catch(() => {});
       throw err;

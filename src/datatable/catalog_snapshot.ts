@@ -227,6 +227,17 @@ export class CatalogSnapshot {
     }
   }
 
+  /**
+   * This process committed a catalog change at `generation`: until a state that new is loaded,
+   * nothing is served from memory. Without it, the process that made a change could serve its
+   * next run on the old state (and old cache key) until its own NOTIFY came back.
+   */
+  invalidate(generation: number): void {
+    if (this.#closed || this.generation >= generation) return;
+    this.#fresh = false;
+    this.#epoch++;
+  }
+
   /** Resolves once a state at `generation` or newer is loaded (for tools and tests). */
   async waitForGeneration(generation: number): Promise<void> {
     if (this.generation >= generation) return;

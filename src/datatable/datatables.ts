@@ -177,6 +177,7 @@ class DatatableService implements Datatables {
         this.#pools.evict(login);
         this.#setLogins.forget(login);
       },
+      onCommitted: (generation) => this.#snapshot.invalidate(generation),
       logger: this.#logger,
     });
     const fingerprints = new Fingerprinter(this.#snapshot, this.#directory);

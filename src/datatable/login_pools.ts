@@ -73,7 +73,7 @@ export class LoginPools {
     if (entry === undefined) {
       entry = { pool: this.#newPool(database, login, password), password };
       this.#pools.set(key, entry);
-      this.#evictIdle();
+      this.#evictIdle(key);
     } else {
       this.#pools.delete(key);
       this.#pools.set(key, entry);
@@ -130,10 +130,14 @@ export class LoginPools {
     entry.pool.end().catch(() => {});
   }
 
-  /** Closes least recently used pools with nothing checked out while over `maxPools`. */
-  #evictIdle(): void {
+  /**
+   * Closes least recently used pools with nothing checked out while over `maxPools`. Never
+   * `keep`, the pool just created for this lease: it has no connection yet, so it looks idle.
+   */
+  #evictIdle(keep: string): void {
     for (const [key, entry] of this.#pools) {
       if (this.#pools.size <= this.#options.maxPools) return;
+      if (key === keep) continue;
       const { pool } = entry;
       if (pool.totalCount === pool.idleCount) this.#drop(key, entry);
     }
