@@ -76,6 +76,16 @@ const MIGRATIONS: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 3,
+    name: 'catalog identity',
+    statements: [
+      // A random id per catalog, hashed into every authorization fingerprint: two deployments
+      // sharing a Redis with equal workspace names, OIDs and generations never share a key.
+      `alter table viewer_cache.generation
+         add column catalog_id text not null default gen_random_uuid()::text`,
+    ],
+  },
 ];
 
 /** The newest migration version this build knows. */

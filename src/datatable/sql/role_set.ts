@@ -43,10 +43,22 @@ export const LOGINS_HOLDING = `
     join pg_catalog.pg_roles l on l.oid = m.member
    where m.roleid = $1::oid and l.rolname like 'wm\\_set\\_%'`;
 
+/**
+ * This catalog's set logins: those with a row here, and orphans (no row) that hold one of this
+ * catalog's roles. Other catalogs on the same cluster have their own set logins; `logins gc`
+ * must never see, let alone retire, those.
+ */
 export const LIST_LOGINS = `
-  select coalesce(s.login::text, l.rolname::text) as login, s.role_oids,
-         s.login is not null as has_row, coalesce(l.rolcanlogin, false) as can_login
+  select s.login::text as login, s.role_oids, true as has_row,
+         coalesce(l.rolcanlogin, false) as can_login
     from viewer_cache.role_set s
-    full join (select rolname, rolcanlogin from pg_catalog.pg_roles
-                where rolname like 'wm\\_set\\_%') l on l.rolname = s.login
+    left join pg_catalog.pg_roles l on l.rolname = s.login
+  union all
+  select l.rolname::text, null, false, l.rolcanlogin
+    from pg_catalog.pg_roles l
+   where l.rolname like 'wm\\_set\\_%'
+     and not exists (select 1 from viewer_cache.role_set s where s.login = l.rolname)
+     and exists (select 1 from pg_catalog.pg_auth_members m
+                   join viewer_cache.role r on r.oid = m.roleid
+                  where m.member = l.oid)
    order by 1`;
