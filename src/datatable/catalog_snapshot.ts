@@ -54,6 +54,8 @@ export class CatalogState {
       kind: MembershipKind;
       name: string;
     }[],
+    /** Random id of this catalog (migration 3), so fingerprints of two catalogs never meet. */
+    readonly catalogId = '',
   ) {
     for (const datatable of datatables) {
       this.#datatables.set(`${datatable.workspace}\0${datatable.name}`, datatable);
@@ -289,7 +291,9 @@ export class CatalogSnapshot {
     try {
       // One snapshot for all four reads, so generation and contents agree.
       await client.query('begin transaction isolation level repeatable read read only');
-      const generation = await client.query<{ value: string }>(sql.READ_GENERATION);
+      const generation = await client.query<{ value: string; catalog_id: string }>(
+        sql.READ_GENERATION,
+      );
       const datatables = await client.query<{
         workspace: string;
         name: string;
@@ -323,6 +327,7 @@ export class CatalogSnapshot {
         })),
         roles.rows.map((row) => ({ ...row, oid: Number(row.oid) })),
         memberships.rows,
+        generation.rows[0]?.catalog_id ?? '',
       );
     } catch (err) {
       await client.query('rollback').catch(() => {});

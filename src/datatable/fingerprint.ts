@@ -8,8 +8,8 @@ const MAX_MEMO = 100_000;
 
 /**
  * The authorization fingerprint of a job, used as the result cache's `scope`:
- * the catalog generation, the viewer's resolved role set, and what the runner (`perms.email`)
- * may use by name. Two runs share a cache entry only if all three agree, so a role or group
+ * the catalog's id and generation, the viewer's resolved role set, and what the runner
+ * (`perms.email`) may use by name. Two runs share a cache entry only if all three agree, so a role or group
  * change applies on the viewer's next run, and a runner who may not use a role can never be
  * served a result computed with it.
  *
@@ -80,6 +80,7 @@ export class Fingerprinter {
     const runnerRoles = resolveRoles(state, workspace, perms.email, runnerPrincipals)
       .map((role) => role.oid)
       .join(',');
-    return `g${state.generation};v${viewerRoles};r${runnerRoles};a${runnerPrincipals.isAdmin ? 1 : 0}`;
+    const admin = runnerPrincipals.isAdmin ? 1 : 0;
+    return `c${state.catalogId};g${state.generation};v${viewerRoles};r${runnerRoles};a${admin}`;
   }
 }

@@ -1,6 +1,6 @@
 /** Reads of the catalog snapshot; run together in one repeatable-read transaction. */
 
-export const READ_GENERATION = 'select value from viewer_cache.generation';
+export const READ_GENERATION = 'select value, catalog_id from viewer_cache.generation';
 
 export const READ_DATATABLES =
   'select workspace, name, database, default_role from viewer_cache.datatable';
