@@ -60,8 +60,6 @@ export interface RawDatatablesOptions {
   beforeLoginStep?: (step: RoleSetStep, login: string) => void | Promise<void>;
 }
 
-type AccessKind = 'viewer' | 'role' | 'default';
-
 /**
  * Data tables as the viewer: the {@link DatatableConnector} to give {@link createExecutor}, the
  * `scope` to give {@link withResultCache}, and the catalog admin API.

@@ -35,6 +35,13 @@ export class RedisCacheStore implements CacheStore {
   readonly #owned: boolean;
   readonly #prefix: string;
   readonly #timeoutMs: number;
+  readonly #deadlines: DeadlineQueue;
+  /**
+   * While the first connection attempt of a client this store opened is under way: commands
+   * wait for it (within their timeout) rather than fail because the socket is not up yet, which
+   * would count as a store failure and make the middleware rest. `null` ever after.
+   */
+  #connecting: Promise<void> | null = null;
 
   constructor(options: RawRedisCacheStoreOptions) {
     if (options === null || typeof options !== 'object') {
@@ -49,7 +56,12 @@ export class RedisCacheStore implements CacheStore {
       this.#client = new Redis(redis, {
         enableOfflineQueue: false,
         maxRetriesPerRequest: 0,
-        commandTimeout: this.#timeoutMs,
+        // No ioredis `commandTimeout`: #bounded already bounds every command, with one timer
+        // per store. ioredis's option arms and clears a timer per command (and `delete`s it,
+        // turning each Command into a dictionary-mode object); dropping it measured 0.6–0.9 µs
+        // less p50 per GET for one caller (1 KiB, 4 of 4 interleaved runs, ~2% of the GET).
+        // A command that times out now rejects with "redis get timed out after N ms", as on a
+        // borrowed client, instead of "redis get failed" caused by "Command timed out".
         // Reconnect forever with a capped backoff: the cache comes back on its own.
         retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
       });
@@ -57,54 +69,162 @@ export class RedisCacheStore implements CacheStore {
       // every reconnect attempt to stderr.
       this.#client.on('error', () => {});
       this.#owned = true;
+      const client = this.#client;
+      this.#connecting = new Promise<void>((resolve) => {
+        const attempted = () => {
+          this.#connecting = null;
+          client.off('ready', attempted).off('close', attempted).off('end', attempted);
+          resolve();
+        };
+        client.on('ready', attempted).on('close', attempted).on('end', attempted);
+      });
     } else if (redis instanceof Redis || redis instanceof Cluster) {
       this.#client = redis;
       this.#owned = false;
     } else {
       throw new TypeError('redis must be a redis:// URL, an ioredis Redis or an ioredis Cluster');
     }
+    this.#deadlines = new DeadlineQueue(this.#timeoutMs);
   }
 
   get(key: string): Promise<Uint8Array | null> {
-    return this.#bounded(this.#client.getBuffer(this.#prefix + key), 'get');
+    const k = this.#prefix + key;
+    const connecting = this.#connecting;
+    return this.#bounded(
+      connecting === null
+        ? this.#client.getBuffer(k)
+        : connecting.then(() => this.#client.getBuffer(k)),
+      'get',
+    );
   }
 
   async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
+    const k = this.#prefix + key;
     const px = Math.max(1, Math.ceil(ttlMs));
     const buffer = Buffer.isBuffer(value)
       ? value
       : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-    await this.#bounded(this.#client.set(this.#prefix + key, buffer, 'PX', px), 'set');
+    const connecting = this.#connecting;
+    await this.#bounded(
+      connecting === null
+        ? this.#client.set(k, buffer, 'PX', px)
+        : connecting.then(() => this.#client.set(k, buffer, 'PX', px)),
+      'set',
+    );
   }
 
   async delete(key: string): Promise<void> {
-    await this.#bounded(this.#client.del(this.#prefix + key), 'delete');
+    const k = this.#prefix + key;
+    const connecting = this.#connecting;
+    await this.#bounded(
+      connecting === null ? this.#client.del(k) : connecting.then(() => this.#client.del(k)),
+      'delete',
+    );
   }
 
   /** Closes the connection if this store opened it; a borrowed client is left to its owner. */
   async close(): Promise<void> {
-    if (this.#owned) await this.#client.quit().catch(() => this.#client.disconnect());
+    if (!this.#owned) return;
+    // Bounded like any command: a server that stopped answering must not hang close().
+    await this.#bounded(this.#client.quit(), 'quit').catch(() => this.#client.disconnect());
   }
 
   /**
    * Settles `command` within the timeout, mapping every failure to StoreUnavailableError. The
-   * timer matters for borrowed clients, whose own settings may queue commands while offline.
+   * bound matters most for borrowed clients, whose own settings may queue commands while offline.
    */
   #bounded<T>(command: Promise<T>, op: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new StoreUnavailableError(`redis ${op} timed out after ${this.#timeoutMs} ms`));
-      }, this.#timeoutMs);
+      const pending = this.#deadlines.add(op, reject);
       command.then(
         (value) => {
-          clearTimeout(timer);
+          pending.settled = true;
           resolve(value);
         },
         (cause: unknown) => {
-          clearTimeout(timer);
+          pending.settled = true;
           reject(new StoreUnavailableError(`redis ${op} failed`, { cause }));
         },
       );
     });
+  }
+}
+
+/** A command waiting on a {@link DeadlineQueue}. */
+interface Pending {
+  readonly deadline: number;
+  readonly op: string;
+  readonly reject: (err: unknown) => void;
+  settled: boolean;
+}
+
+/**
+ * Time limits for commands that all share one timeout, with one timer per store instead of one
+ * per command. Since every command gets the same timeout, deadlines come in ascending order: the
+ * queue is FIFO and the timer only ever looks at its head. A command that settles just marks
+ * itself; the timer drops settled entries as it passes them, at most once per timeout.
+ *
+ * Why: one caller's GET through this queue measured 0.6–0.9 µs p50 faster than with a timer
+ * per command (1 KiB, 4 of 4 interleaved runs); with 64 concurrent callers the two were within
+ * noise of each other.
+ */
+class DeadlineQueue {
+  readonly #timeoutMs: number;
+  #queue: Pending[] = [];
+  #head = 0;
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(timeoutMs: number) {
+    this.#timeoutMs = timeoutMs;
+  }
+
+  add(op: string, reject: (err: unknown) => void): Pending {
+    const pending: Pending = {
+      deadline: performance.now() + this.#timeoutMs,
+      op,
+      reject,
+      settled: false,
+    };
+    this.#queue.push(pending);
+    if (this.#timer === null) this.#arm(this.#timeoutMs);
+    return pending;
+  }
+
+  #arm(ms: number): void {
+    // Node timers have millisecond resolution; never arm below 1 ms (that would spin).
+    this.#timer = setTimeout(() => this.#sweep(), Math.max(1, Math.ceil(ms)));
+    // A pending command keeps the process alive through its socket (or ioredis's reconnect
+    // timer); the sweep alone must not hold an idle process open for up to a timeout.
+    this.#timer.unref();
+  }
+
+  /** Rejects overdue commands, drops settled ones, and re-arms for the next pending deadline. */
+  #sweep(): void {
+    this.#timer = null;
+    const queue = this.#queue;
+    const now = performance.now();
+    let head = this.#head;
+    while (head < queue.length) {
+      const pending = queue[head]!;
+      if (!pending.settled) {
+        if (pending.deadline > now) break;
+        pending.settled = true;
+        pending.reject(
+          new StoreUnavailableError(`redis ${pending.op} timed out after ${this.#timeoutMs} ms`),
+        );
+      }
+      head++;
+    }
+    if (head === queue.length) {
+      this.#queue = [];
+      this.#head = 0;
+      return;
+    }
+    if (head > 1024 && head * 2 > queue.length) {
+      this.#queue = queue.slice(head);
+      head = 0;
+    }
+    this.#head = head;
+    this.#arm(this.#queue[head]!.deadline - now);
   }
 }

@@ -1,0 +1,275 @@
+/**
+ * The benchmark harness. The machine is shared and noisy, so absolute numbers drift from run to
+ * run; what is stable is the *ratio* of two scenarios measured side by side. Hence:
+ *
+ * - scenarios of one comparison are measured **interleaved in rounds** (A,B,C,A,B,C,…, starting
+ *   one further along each round), so a noisy second hits all of them alike;
+ * - every op is timed on its own with `process.hrtime.bigint()` (≈ 0.05 µs per pair of reads,
+ *   included in every figure alike), and we report p50/p99, not the mean;
+ * - each row carries its ratio to a baseline measured in the same run.
+ *
+ * Dependency-free on purpose: tinybench runs one task to completion before the next, which lets
+ * a burst of noise land on a single row.
+ */
+
+const { hrtime } = process;
+
+/** One thing to measure. `op(i)` is called with a per-scenario counter (to cycle viewers). */
+export interface Scenario {
+  /** `tier_operation`, e.g. `redis_hit`; stable across runs (used in latest.json). */
+  readonly id: string;
+  /** Human description for the table. */
+  readonly label: string;
+  /** `true` when `op` returns a promise that must be awaited. */
+  readonly async: boolean;
+  readonly op: (i: number) => unknown;
+  /** Throws when the scenario did not measure what it claims (e.g. a "hit" executed). */
+  readonly verify?: () => void;
+}
+
+/** Latency of one scenario, one caller at a time. */
+export interface LatencyStats {
+  readonly ops: number;
+  /** Ops per second of wall time over the measured batches (one caller). */
+  readonly opsPerSec: number;
+  readonly p50Us: number;
+  readonly p99Us: number;
+}
+
+/** Throughput of one scenario with N concurrent callers. */
+export interface ThroughputStats extends LatencyStats {
+  readonly concurrency: number;
+}
+
+export interface LatencyPlan {
+  /** Warm-up time per scenario (interleaved too), before anything is recorded. */
+  readonly warmupMs: number;
+  readonly rounds: number;
+  /** Time each scenario runs per round. */
+  readonly roundMs: number;
+  /** At least this many ops per scenario per round, however slow. */
+  readonly minOpsPerRound: number;
+}
+
+export interface ThroughputPlan {
+  readonly concurrency: number;
+  /** Ops per scenario per round: the fixed amount of work timed end to end. */
+  readonly opsPerRound: number;
+  readonly warmupRounds: number;
+  readonly rounds: number;
+}
+
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** p-th percentile (0–1) of sorted nanosecond samples, in µs. */
+function percentileUs(sorted: Float64Array, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1));
+  return sorted[index]! / 1000;
+}
+
+/** Growable sample buffer: avoids a 100 k-element JS array of boxed numbers. */
+class Samples {
+  #data = new Float64Array(1 << 14);
+  #length = 0;
+
+  push(ns: number): void {
+    if (this.#length === this.#data.length) {
+      const next = new Float64Array(this.#data.length * 2);
+      next.set(this.#data);
+      this.#data = next;
+    }
+    this.#data[this.#length++] = ns;
+  }
+
+  get length(): number {
+    return this.#length;
+  }
+
+  sorted(): Float64Array {
+    return this.#data.slice(0, this.#length).sort();
+  }
+}
+
+/** Runs ops of one scenario for `ns` nanoseconds (and at least `minOps`); returns wall ns. */
+async function runBatch(
+  scenario: Scenario,
+  counter: { i: number },
+  ns: bigint,
+  minOps: number,
+  samples: Samples | null,
+): Promise<{ ops: number; wallNs: bigint }> {
+  const { op } = scenario;
+  const start = hrtime.bigint();
+  const deadline = start + ns;
+  let ops = 0;
+  let end = start;
+  if (scenario.async) {
+    for (;;) {
+      const t0 = hrtime.bigint();
+      await op(counter.i++);
+      end = hrtime.bigint();
+      samples?.push(Number(end - t0));
+      if (++ops >= minOps && end >= deadline) break;
+    }
+  } else {
+    for (;;) {
+      const t0 = hrtime.bigint();
+      op(counter.i++);
+      end = hrtime.bigint();
+      samples?.push(Number(end - t0));
+      if (++ops >= minOps && end >= deadline) break;
+    }
+  }
+  return { ops, wallNs: end - start };
+}
+
+/** Scenario order for round `r`: rotated so that no scenario always runs first or last. */
+function rotation<T>(items: readonly T[], r: number): T[] {
+  const k = r % items.length;
+  return [...items.slice(k), ...items.slice(0, k)];
+}
+
+/**
+ * Single-caller latency of every scenario, measured interleaved. Each scenario's counter carries
+ * on from warm-up, so every op of the cycle (e.g. every viewer) is visited.
+ */
+export async function measureLatency(
+  scenarios: readonly Scenario[],
+  plan: LatencyPlan,
+): Promise<Map<string, LatencyStats>> {
+  const counters = new Map(scenarios.map((s) => [s.id, { i: 0 }]));
+  const warmRounds = Math.max(1, Math.round(plan.warmupMs / plan.roundMs));
+  const roundNs = BigInt(Math.round(plan.roundMs * 1e6));
+  for (let r = 0; r < warmRounds; r++) {
+    for (const s of rotation(scenarios, r)) {
+      await runBatch(s, counters.get(s.id)!, roundNs, 1, null);
+      await yieldToLoop();
+    }
+  }
+  const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), ops: 0, wallNs: 0n }]));
+  for (let r = 0; r < plan.rounds; r++) {
+    for (const s of rotation(scenarios, r)) {
+      const a = acc.get(s.id)!;
+      const { ops, wallNs } = await runBatch(
+        s,
+        counters.get(s.id)!,
+        roundNs,
+        plan.minOpsPerRound,
+        a.samples,
+      );
+      a.ops += ops;
+      a.wallNs += wallNs;
+      // Lets sockets, timers and GC finalisers of this batch settle before the next scenario.
+      await yieldToLoop();
+    }
+  }
+  const out = new Map<string, LatencyStats>();
+  for (const s of scenarios) {
+    s.verify?.();
+    const a = acc.get(s.id)!;
+    const sorted = a.samples.sorted();
+    out.set(s.id, {
+      ops: a.ops,
+      opsPerSec: (a.ops * 1e9) / Number(a.wallNs),
+      p50Us: percentileUs(sorted, 0.5),
+      p99Us: percentileUs(sorted, 0.99),
+    });
+  }
+  return out;
+}
+
+/** `concurrency` callers share `ops` ops of one scenario; resolves with the batch's wall time. */
+async function runConcurrent(
+  scenario: Scenario,
+  counter: { i: number },
+  concurrency: number,
+  ops: number,
+  samples: Samples | null,
+): Promise<bigint> {
+  let issued = 0;
+  const { op } = scenario;
+  const caller = async () => {
+    while (issued < ops) {
+      issued++;
+      const t0 = hrtime.bigint();
+      await op(counter.i++);
+      samples?.push(Number(hrtime.bigint() - t0));
+    }
+  };
+  const start = hrtime.bigint();
+  const callers: Promise<void>[] = [];
+  for (let c = 0; c < concurrency; c++) callers.push(caller());
+  await Promise.all(callers);
+  return hrtime.bigint() - start;
+}
+
+/**
+ * Throughput with `plan.concurrency` concurrent callers: each round, each scenario (interleaved)
+ * completes a fixed number of ops; ops/s is total ops over total wall time. p50/p99 here are the
+ * latencies callers saw under that load.
+ */
+export async function measureThroughput(
+  scenarios: readonly Scenario[],
+  plan: ThroughputPlan,
+): Promise<Map<string, ThroughputStats>> {
+  const counters = new Map(scenarios.map((s) => [s.id, { i: 0 }]));
+  for (let r = 0; r < plan.warmupRounds; r++) {
+    for (const s of rotation(scenarios, r)) {
+      await runConcurrent(s, counters.get(s.id)!, plan.concurrency, plan.opsPerRound, null);
+      await yieldToLoop();
+    }
+  }
+  const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), wallNs: 0n }]));
+  for (let r = 0; r < plan.rounds; r++) {
+    for (const s of rotation(scenarios, r)) {
+      const a = acc.get(s.id)!;
+      a.wallNs += await runConcurrent(
+        s,
+        counters.get(s.id)!,
+        plan.concurrency,
+        plan.opsPerRound,
+        a.samples,
+      );
+      await yieldToLoop();
+    }
+  }
+  const out = new Map<string, ThroughputStats>();
+  for (const s of scenarios) {
+    s.verify?.();
+    const a = acc.get(s.id)!;
+    const ops = plan.rounds * plan.opsPerRound;
+    const sorted = a.samples.sorted();
+    out.set(s.id, {
+      concurrency: plan.concurrency,
+      ops,
+      opsPerSec: (ops * 1e9) / Number(a.wallNs),
+      p50Us: percentileUs(sorted, 0.5),
+      p99Us: percentileUs(sorted, 0.99),
+    });
+  }
+  return out;
+}
+
+/** Fails the run loudly: a benchmark that measured the wrong thing must not print a table. */
+export class BenchInvariantError extends Error {
+  override readonly name = 'BenchInvariantError';
+}
+
+/** Formats a number with a sensible precision for a table cell. */
+export function fmt(value: number, digits = 1): string {
+  if (!Number.isFinite(value)) return 'n/a';
+  if (Math.abs(value) >= 10_000) return Math.round(value).toLocaleString('en-US');
+  return value.toFixed(digits);
+}
+
+/** A GitHub-flavoured Markdown table. */
+export function markdownTable(header: readonly string[], rows: readonly (readonly string[])[]) {
+  const right = header.map((h) => /ops\/s|µs|×|ratio/.test(h));
+  const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`;
+  return [
+    line(header),
+    line(header.map((_, i) => (right[i] ? '---:' : '---'))),
+    ...rows.map(line),
+  ].join('\n');
+}
