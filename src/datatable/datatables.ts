@@ -217,11 +217,9 @@ class DatatableService implements Datatables {
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
       let lease: DatatableLease;
       try {
-        lease = await this.#pools.lease(
-          datatable.database,
-          credentials.login,
-          credentials.password,
-        );
+        lease =
+          credentials.lease ??
+          (await this.#pools.lease(datatable.database, credentials.login, credentials.password));
       } catch (err) {
         if (!(err instanceof LoginAuthFailed) || !resolved.isSet) throw err;
         // Retired or taken back by another process since we cached it: read the row again.
@@ -254,7 +252,11 @@ class DatatableService implements Datatables {
     ref: DatatableRef,
     datatable: string,
     defaultRole: number | null,
-  ): Promise<{ isSet: boolean; credentials(database: string): Promise<LoginCredentials> }> {
+  ): Promise<{
+    isSet: boolean;
+    /** The login to connect as; on a set login's first use, with the connection that proved it. */
+    credentials(database: string): Promise<LoginCredentials & { lease?: DatatableLease }>;
+  }> {
     const own = (role: CatalogRole) => ({
       isSet: false,
       credentials: async () => ({
@@ -272,7 +274,13 @@ class DatatableService implements Datatables {
         if (roles.length === 0) throw new NoRolesError();
         if (roles.length === 1) return own(roles[0]!);
         const oids = roles.map((role) => role.oid);
-        return { isSet: true, credentials: (database) => this.#setLogins.ensure(oids, database) };
+        return {
+          isSet: true,
+          credentials: (database) =>
+            this.#setLogins.ensure(oids, database, (login) =>
+              this.#pools.lease(database, login.login, login.password),
+            ),
+        };
       }
       case 'role': {
         const role = state.roleByName(job.workspace, ref.access.role);

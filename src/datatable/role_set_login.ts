@@ -3,6 +3,7 @@ import pg from 'pg';
 import { SingleFlight } from '../cache/single_flight.js';
 import { RoleResolutionFailedError } from '../errors.js';
 import type { TypedEmitter } from '../events.js';
+import type { DatatableLease } from '../executor/datatable_connector.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { ROLE_SET_LOGIN_PREFIX } from './datatable_ref.js';
 import type { DatatablesEvents } from './datatables_events.js';
@@ -81,16 +82,21 @@ export class RoleSetLogins {
    * Concurrent callers in this process share one attempt; other processes wait on the lock.
    * @param database the data-table database the login is proven against.
    */
-  ensure(oids: readonly number[], database: string): Promise<LoginCredentials> {
+  ensure(
+    oids: readonly number[],
+    database: string,
+    open?: (credentials: LoginCredentials) => Promise<DatatableLease>,
+  ): Promise<LoginCredentials & { lease?: DatatableLease }> {
     const sorted = [...new Set(oids)].sort((a, b) => a - b);
     if (sorted.length < 2) throw new RangeError('a set login holds at least two roles');
     const login = RoleSetLogins.loginName(sorted);
     const password = this.#known.get(login);
     if (password !== undefined) return Promise.resolve({ login, password });
-    return (
-      this.#flights.get(login) ??
-      this.#flights.run(login, () => this.#ensure(login, sorted, database))
-    );
+    const running = this.#flights.get(login);
+    // Joiners get the credentials; the connection that proved the login is the leader's alone.
+    if (running !== undefined)
+      return running.then((c) => ({ login: c.login, password: c.password }));
+    return this.#flights.run(login, () => this.#ensure(login, sorted, database, open));
   }
 
   /** Forgets a login's cached password (after an authentication failure). */
@@ -103,7 +109,12 @@ export class RoleSetLogins {
     this.#known.clear();
   }
 
-  async #ensure(login: string, oids: number[], database: string): Promise<LoginCredentials> {
+  async #ensure(
+    login: string,
+    oids: number[],
+    database: string,
+    open: ((credentials: LoginCredentials) => Promise<DatatableLease>) | undefined,
+  ): Promise<LoginCredentials & { lease?: DatatableLease }> {
     const started = performance.now();
     const client = await this.#options.admin.connect();
     let locked = false;
@@ -159,10 +170,19 @@ export class RoleSetLogins {
       }
 
       await this.#step('verify-login', login);
-      await this.#verifyLogin(database, login, password);
+      // The proof that the login can authenticate is a real connection: given `open`, it is the
+      // caller's first pooled connection (one scram handshake instead of two on first use).
+      let lease: DatatableLease | undefined;
+      if (open === undefined) await this.#verifyLogin(database, login, password);
+      else lease = await open({ login, password });
 
-      await this.#step('insert-row', login);
-      await client.query(sql.INSERT_ROW, [login, oids, secret]);
+      try {
+        await this.#step('insert-row', login);
+        await client.query(sql.INSERT_ROW, [login, oids, secret]);
+      } catch (err) {
+        await lease?.release(true);
+        throw err;
+      }
 
       const ms = performance.now() - started;
       this.#options.events.emit(takeBack ? 'login:taken-back' : 'login:created', { ms });
@@ -170,7 +190,7 @@ export class RoleSetLogins {
         { login, roles: oids.length, ms, takeBack },
         takeBack ? 'set login taken back' : 'set login created',
       );
-      return this.#remember(login, secret);
+      return { ...this.#remember(login, secret), ...(lease === undefined ? {} : { lease }) };
     } catch (err) {
       if (err instanceof RoleResolutionFailedError) throw err;
       throw new RoleResolutionFailedError('could not prepare the login for this role set', {
