@@ -356,8 +356,10 @@ async function firstUse(
       // SPEC: ≤ 25 ms where a new scram connection takes ≈ 4 ms, i.e. ≈ 6× a connection; on a
       // machine whose connections are slower the ratio is the figure that carries over.
       target: {
-        text: `≤ 25 ms (${fmtMs(first.p50Us)}); ≤ 6.25× a new connection (${(first.p50Us / base.p50Us).toFixed(2)}×)`,
-        met: first.p50Us <= 25_000 || first.p50Us / base.p50Us <= 6.25,
+        text:
+          `≤ 25 ms: ${first.p50Us <= 25_000 ? 'yes' : 'no'} (${fmtMs(first.p50Us)}, a bare connection ${fmtMs(base.p50Us)}); ` +
+          `≤ 6.25× a new connection: ${(first.p50Us / base.p50Us).toFixed(2)}×`,
+        met: first.p50Us / base.p50Us <= 6.25,
       },
     },
   ];
