@@ -116,86 +116,107 @@ export class RoleSetLogins {
     open: ((credentials: LoginCredentials) => Promise<DatatableLease>) | undefined,
   ): Promise<LoginCredentials & { lease?: DatatableLease }> {
     const started = performance.now();
+    try {
+      return await this.#underLock(login, (client) =>
+        this.#create(client, login, oids, database, open, started),
+      );
+    } catch (err) {
+      if (err instanceof RoleResolutionFailedError) throw err;
+      throw new RoleResolutionFailedError('could not prepare the login for this role set', {
+        cause: err,
+      });
+    }
+  }
+
+  /** The create / take-back protocol, under the login's lock. */
+  async #create(
+    client: pg.PoolClient,
+    login: string,
+    oids: number[],
+    database: string,
+    open: ((credentials: LoginCredentials) => Promise<DatatableLease>) | undefined,
+    started: number,
+  ): Promise<LoginCredentials & { lease?: DatatableLease }> {
+    await this.#step('read-row', login);
+    const { rows } = await client.query<{ role_oids: number[]; secret: Buffer }>(sql.READ_ROW, [
+      login,
+    ]);
+    const row = rows[0];
+    if (row !== undefined) {
+      const stored = row.role_oids.map(Number).sort((a, b) => a - b);
+      if (stored.join(',') !== oids.join(',')) {
+        // A hash collision or a hand-edited row: refuse rather than hand out other roles.
+        throw new RoleResolutionFailedError(`set login ${login} is recorded for another role set`);
+      }
+      return this.#remember(login, row.secret);
+    }
+
+    await this.#step('read-login', login);
+    const existing = await client.query<{ oid: number }>(sql.READ_LOGIN, [login]);
+    const takeBack = existing.rows.length > 0;
+    const secret = PasswordDeriver.newNonce();
+    const password = this.#options.passwords.password(`set:${login}`, secret);
+    const verifier = await scramVerifier(password);
+    const ident = pg.escapeIdentifier(login);
+    if (takeBack) {
+      await this.#step('alter-login', login);
+      await client.query(
+        `alter role ${ident} with ${sql.LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
+      );
+      await this.#step('terminate-backends', login);
+      await client.query(sql.TERMINATE_BACKENDS, [login]);
+    } else {
+      await this.#step('create-login', login);
+      await client.query(
+        `create role ${ident} with ${sql.LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
+      );
+    }
+
+    await this.#step('sync-memberships', login);
+    await this.#syncMemberships(client, login, oids);
+
+    if (takeBack) {
+      // Anything granted to the orphan directly is revoked: its privileges are its memberships.
+      await this.#step('drop-owned', login);
+      await this.#inDatabase(database, `drop owned by ${ident}`);
+    }
+
+    await this.#step('verify-login', login);
+    // The proof that the login can authenticate is a real connection: given `open`, it is the
+    // caller's first pooled connection (one scram handshake instead of two on first use).
+    let lease: DatatableLease | undefined;
+    if (open === undefined) await this.#verifyLogin(database, login, password);
+    else lease = await open({ login, password });
+
+    try {
+      await this.#step('insert-row', login);
+      await client.query(sql.INSERT_ROW, [login, oids, secret]);
+    } catch (err) {
+      await lease?.release(true);
+      throw err;
+    }
+
+    const ms = performance.now() - started;
+    this.#options.events.emit(takeBack ? 'login:taken-back' : 'login:created', { ms });
+    this.#logger.info(
+      { login, roles: oids.length, ms, takeBack },
+      takeBack ? 'set login taken back' : 'set login created',
+    );
+    return { ...this.#remember(login, secret), ...(lease === undefined ? {} : { lease }) };
+  }
+
+  /**
+   * Runs `fn` holding the login's session advisory lock on a privileged connection. The lock
+   * dies with the session, so a crashed process never leaves it held.
+   */
+  async #underLock<T>(login: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.#options.admin.connect();
     let locked = false;
     try {
       await this.#step('lock', login);
       await client.query(sql.LOCK_LOGIN, [login]);
       locked = true;
-
-      await this.#step('read-row', login);
-      const { rows } = await client.query<{ role_oids: number[]; secret: Buffer }>(sql.READ_ROW, [
-        login,
-      ]);
-      const row = rows[0];
-      if (row !== undefined) {
-        const stored = row.role_oids.map(Number).sort((a, b) => a - b);
-        if (stored.join(',') !== oids.join(',')) {
-          // A hash collision or a hand-edited row: refuse rather than hand out other roles.
-          throw new RoleResolutionFailedError(
-            `set login ${login} is recorded for another role set`,
-          );
-        }
-        return this.#remember(login, row.secret);
-      }
-
-      await this.#step('read-login', login);
-      const existing = await client.query<{ oid: number }>(sql.READ_LOGIN, [login]);
-      const takeBack = existing.rows.length > 0;
-      const secret = PasswordDeriver.newNonce();
-      const password = this.#options.passwords.password(`set:${login}`, secret);
-      const verifier = await scramVerifier(password);
-      const ident = pg.escapeIdentifier(login);
-      if (takeBack) {
-        await this.#step('alter-login', login);
-        await client.query(
-          `alter role ${ident} with ${sql.LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
-        );
-        await this.#step('terminate-backends', login);
-        await client.query(sql.TERMINATE_BACKENDS, [login]);
-      } else {
-        await this.#step('create-login', login);
-        await client.query(
-          `create role ${ident} with ${sql.LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
-        );
-      }
-
-      await this.#step('sync-memberships', login);
-      await this.#syncMemberships(client, login, oids);
-
-      if (takeBack) {
-        // Anything granted to the orphan directly is revoked: its privileges are its memberships.
-        await this.#step('drop-owned', login);
-        await this.#inDatabase(database, `drop owned by ${ident}`);
-      }
-
-      await this.#step('verify-login', login);
-      // The proof that the login can authenticate is a real connection: given `open`, it is the
-      // caller's first pooled connection (one scram handshake instead of two on first use).
-      let lease: DatatableLease | undefined;
-      if (open === undefined) await this.#verifyLogin(database, login, password);
-      else lease = await open({ login, password });
-
-      try {
-        await this.#step('insert-row', login);
-        await client.query(sql.INSERT_ROW, [login, oids, secret]);
-      } catch (err) {
-        await lease?.release(true);
-        throw err;
-      }
-
-      const ms = performance.now() - started;
-      this.#options.events.emit(takeBack ? 'login:taken-back' : 'login:created', { ms });
-      this.#logger.info(
-        { login, roles: oids.length, ms, takeBack },
-        takeBack ? 'set login taken back' : 'set login created',
-      );
-      return { ...this.#remember(login, secret), ...(lease === undefined ? {} : { lease }) };
-    } catch (err) {
-      if (err instanceof RoleResolutionFailedError) throw err;
-      throw new RoleResolutionFailedError('could not prepare the login for this role set', {
-        cause: err,
-      });
+      return await fn(client);
     } finally {
       if (locked) await client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
       client.release();
@@ -279,12 +300,7 @@ export class RoleSetLogins {
   async retire(login: string, databases: readonly string[]): Promise<void> {
     if (!login.startsWith(ROLE_SET_LOGIN_PREFIX))
       throw new RangeError('only set logins are retired');
-    const client = await this.#options.admin.connect();
-    let locked = false;
-    try {
-      await this.#step('lock', login);
-      await client.query(sql.LOCK_LOGIN, [login]);
-      locked = true;
+    await this.#underLock(login, async (client) => {
       await this.#step('delete-row', login);
       await client.query(sql.DELETE_ROW, [login]);
       this.#known.delete(login);
@@ -303,10 +319,7 @@ export class RoleSetLogins {
       }
       this.#options.events.emit('login:retired', { login });
       this.#logger.info({ login }, 'set login retired');
-    } finally {
-      if (locked) await client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
-      client.release();
-    }
+    });
   }
 
   /** Every set login that holds role `oid`, with or without a row. */

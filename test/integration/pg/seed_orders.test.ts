@@ -1,60 +1,22 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDatatables, type Datatables } from '../../../src/datatable/datatables.js';
 import {
   type CachedExecutor,
   createExecutor,
   type Executor,
   MemoryCacheStore,
-  type RunOrigin,
   withResultCache,
 } from '../../../src/index.js';
-import { asAdmin, createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
+import { app, type OrdersDb, ordersDb, runFor } from '../../helpers/orders_db.js';
 
 // The seed's example end to end: an `orders` table with RLS by region, roles for EMEA and AMER,
-// viewers in one, the other, both and neither.
-const prefix = uniquePrefix();
-const EMEA = `${prefix}sales_emea`;
-const AMER = `${prefix}sales_amer`;
-const WS = 'demo';
-
-let db: TestDatabase;
-let datatables: Datatables;
+// viewers in one, the other, both and neither (see helpers/orders_db.ts).
+let fx: OrdersDb;
 let executor: Executor;
 let cached: CachedExecutor;
 
 beforeAll(async () => {
-  db = await createTestDatabase(prefix);
-  datatables = await createDatatables({ connection: db.url, secretKey: 'k'.repeat(32) });
-  await datatables.admin.createDatatable(WS, 'main', { database: db.name });
-  await datatables.admin.createRole(WS, 'main', EMEA, { tenants: ['group:emea'] });
-  await datatables.admin.createRole(WS, 'main', AMER, { tenants: ['group:amer'] });
-  await asAdmin(db.name, async (c) => {
-    await c.query(
-      `create table orders (id int primary key, region text not null, amount int not null)`,
-    );
-    await c.query(
-      `insert into orders values (1, 'emea', 10), (2, 'amer', 20), (3, 'emea', 30), (4, 'apac', 40)`,
-    );
-    await c.query(`alter table orders enable row level security`);
-    await c.query(`grant select on orders to ${EMEA}, ${AMER}`);
-    await c.query(
-      `create policy emea on orders for select using (region = 'emea' and pg_has_role(current_user, '${EMEA}', 'member'))`,
-    );
-    await c.query(
-      `create policy amer on orders for select using (region = 'amer' and pg_has_role(current_user, '${AMER}', 'member'))`,
-    );
-  });
-  for (const [email, group] of [
-    ['alice@example.com', 'emea'],
-    ['bob@example.com', 'amer'],
-    ['carol@example.com', 'emea'],
-    ['carol@example.com', 'amer'],
-  ] as const) {
-    await datatables.admin.addMembership(WS, email, 'group', group);
-  }
-  const latest = await datatables.admin.addMembership(WS, 'x@example.com', 'group', 'none');
-  await datatables.waitForGeneration(latest.generation);
-
+  fx = await ordersDb();
+  const { datatables } = fx;
   executor = createExecutor({
     datatables,
     runnables: {
@@ -84,22 +46,11 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await datatables?.close();
-  await db?.drop();
+  await fx?.close();
 });
 
-function app(email: string | null): RunOrigin {
-  return { kind: 'app', session: email === null ? null : { email } };
-}
-
-async function run(path: string, viewer: string | null, via: 'cached' | 'direct' = 'cached') {
-  const job = executor.createJob({
-    workspace: WS,
-    path,
-    runAs: 'publisher@example.com',
-    origin: app(viewer),
-  });
-  return (via === 'cached' ? cached : executor).run(job);
+function run(path: string, viewer: string | null, via: 'cached' | 'direct' = 'cached') {
+  return runFor(executor, path, app(viewer), via === 'cached' ? { through: cached } : {});
 }
 
 const expected: Record<string, number[]> = {
@@ -123,7 +74,7 @@ describe('orders as the viewer', () => {
   }
 
   it('connects carol through a set login and alice through her one role', async () => {
-    expect((await run('whoami', 'alice@example.com')).value).toBe(EMEA);
+    expect((await run('whoami', 'alice@example.com')).value).toBe(fx.EMEA);
     expect((await run('whoami', 'carol@example.com')).value).toMatch(/^wm_set_[0-9a-f]{32}$/);
   });
 
