@@ -88,7 +88,13 @@ export function buildHttpApp(deps: HttpDeps) {
       reply,
     ) => {
       const { status, code, message } = toHttpError(error);
-      if (status >= 500) request.log.error({ code, err: error.message }, 'request failed');
+      if (status >= 500) {
+        // A runnable's own error text can echo its args or rows: only the code and the kind of
+        // failure at error level; the text itself at debug, for whoever turns that on.
+        const cause = error.cause instanceof Error ? error.cause.name : undefined;
+        request.log.error({ code, cause }, 'request failed');
+        request.log.debug({ code, err: error.message }, 'request failure detail');
+      }
       reply.status(status).send({ error: { code, message } });
     },
   );
