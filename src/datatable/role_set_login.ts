@@ -104,11 +104,6 @@ export class RoleSetLogins {
     this.#known.delete(login);
   }
 
-  /** Forgets every cached password (after the catalog moved). */
-  forgetAll(): void {
-    this.#known.clear();
-  }
-
   async #ensure(
     login: string,
     oids: number[],

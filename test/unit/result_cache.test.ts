@@ -12,6 +12,7 @@ import { ManualClock } from '../helpers/clock.js';
 import { CountingExecutor } from '../helpers/counting_executor.js';
 import { countdown, deferred } from '../helpers/deferred.js';
 import { makeJob } from '../helpers/jobs.js';
+import { captureLogger } from '../helpers/log_capture.js';
 
 const alice = 'alice@example.com';
 const bob = 'bob@example.com';
@@ -386,6 +387,26 @@ describe('the scope option', () => {
     expect(inner.calls).toBe(4);
     expect(reasons).toEqual(['scope-failed', 'scope-failed', 'scope-failed']);
     expect(cache.stats).toMatchObject({ stored: 1, bypasses: 3, hits: 0 });
+  });
+
+  it('a failing scope is logged once per burst, and its recovery once', async () => {
+    let broken = true;
+    const { logger, lines } = captureLogger();
+    const { cache } = setup({
+      logger,
+      scope: () => {
+        if (broken) throw new Error('catalog unreachable');
+        return 'roles:1';
+      },
+    });
+    for (let i = 0; i < 5; i++) await cache.run(job(alice));
+    broken = false;
+    await cache.run(job(alice));
+    broken = true;
+    await cache.run(job(alice));
+    const messages = lines().map((line) => line['msg']);
+    expect(messages.filter((m) => String(m).startsWith('cache scope failed'))).toHaveLength(2);
+    expect(messages.filter((m) => m === 'cache scope answering again')).toHaveLength(1);
   });
 
   it('a scope that throws on the first run stores nothing', async () => {
