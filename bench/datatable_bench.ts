@@ -47,7 +47,7 @@ export async function datatableBench(
     const roles = await seed(datatables, url, database, prefix);
     const rows: DatatableRow[] = [];
     rows.push(...(await warmMiss(datatables, url, database, roles[0]!, plan)));
-    rows.push(...(await scopedHits(datatables, plan)));
+    rows.push(...(await fingerprintedHits(datatables, plan)));
     rows.push(...(await firstUse(datatables, url, database, roles, firstUseCount)));
     return rows;
   } finally {
@@ -202,8 +202,11 @@ async function warmMiss(
   }
 }
 
-/** A hit through `withResultCache` with and without `scope: datatables.scope`. */
-async function scopedHits(datatables: Datatables, plan: LatencyPlan): Promise<DatatableRow[]> {
+/** A hit through `withResultCache` with and without `fingerprint: datatables.fingerprint`. */
+async function fingerprintedHits(
+  datatables: Datatables,
+  plan: LatencyPlan,
+): Promise<DatatableRow[]> {
   let executions = 0;
   const executor = {
     run: async (job: Job) => {
@@ -213,42 +216,42 @@ async function scopedHits(datatables: Datatables, plan: LatencyPlan): Promise<Da
     },
   };
   const plain = withResultCache(executor, { store: new MemoryCacheStore() });
-  const scoped = withResultCache(executor, {
+  const fingerprinted = withResultCache(executor, {
     store: new MemoryCacheStore(),
-    scope: datatables.scope,
+    fingerprint: datatables.fingerprint,
   });
   const viewers = Array.from({ length: 1000 }, (_, v) => `viewer${v}@example.com`);
   viewers[0] = 'carol@example.com';
   const jobs = viewers.map((viewer) => jobFor(viewer, 'orders', 3600));
   for (const job of jobs) {
     await plain.run(job);
-    await scoped.run(job);
+    await fingerprinted.run(job);
   }
   const filled = executions;
   const hit = (cache: typeof plain) => async (i: number) => {
     const result = await cache.run(jobs[i % jobs.length]!);
-    if (!result.fromCache) throw new BenchInvariantError('a scoped "hit" executed');
+    if (!result.fromCache) throw new BenchInvariantError('a fingerprinted "hit" executed');
   };
   const scenarios: Scenario[] = [
     {
-      id: 'memory_hit_unscoped',
-      label: 'hit, MemoryCacheStore, no scope',
+      id: 'memory_hit_plain',
+      label: 'hit, MemoryCacheStore, no fingerprint',
       async: true,
       op: hit(plain),
     },
     {
-      id: 'memory_hit_scoped',
+      id: 'memory_hit_fingerprinted',
       label:
-        'hit, MemoryCacheStore, `scope: datatables.scope` (fingerprint from the in-memory catalog)',
+        'hit, MemoryCacheStore, `fingerprint: datatables.fingerprint` (fingerprint from the in-memory catalog)',
       async: true,
-      op: hit(scoped),
+      op: hit(fingerprinted),
       verify: () => {
         if (executions !== filled) throw new BenchInvariantError('a hit executed');
       },
     },
   ];
   const stats = await measureLatency(scenarios, plan);
-  const base = stats.get('memory_hit_unscoped')!;
+  const base = stats.get('memory_hit_plain')!;
   return scenarios.map((s) => {
     const st = stats.get(s.id)!;
     const added = st.p50Us - base.p50Us;
@@ -258,9 +261,9 @@ async function scopedHits(datatables: Datatables, plan: LatencyPlan): Promise<Da
       p50Us: st.p50Us,
       p99Us: st.p99Us,
       ops: st.ops,
-      baseline: 'memory_hit_unscoped',
+      baseline: 'memory_hit_plain',
       vsBaseline: { kind: 'added', value: added },
-      ...(s.id === 'memory_hit_scoped'
+      ...(s.id === 'memory_hit_fingerprinted'
         ? { target: { text: 'stays in µs (adds < 10 µs)', met: added < 10 } }
         : {}),
     };

@@ -8,23 +8,48 @@ export class ViewerCacheError extends Error {
   readonly code: string;
   /** HTTP status a server should answer with when this error refuses a request. */
   readonly status: number;
+  /** The data table the refusal is about, when there is one. */
+  declare readonly datatable?: string;
+  /** The data-table role the refusal is about, when there is one (a role name, never a login). */
+  declare readonly role?: string;
 
-  constructor(message: string, options: { cause?: unknown; code?: string; status?: number } = {}) {
+  constructor(message: string, options: ErrorOptions & { code?: string; status?: number } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     const ctor = this.constructor as typeof ViewerCacheError;
     this.code = options.code ?? ctor.code;
     this.status = options.status ?? 500;
     this.name = ctor.name;
+    if (options.datatable !== undefined) this.datatable = options.datatable;
+    if (options.role !== undefined) this.role = options.role;
   }
 }
 
-/** Generates one error class per code, so the catalogue stays a single table below. */
-function defineError(code: string, name: string, defaultMessage: string, status: number) {
+/**
+ * What an error may carry besides its message: the original `cause` and the context a caller
+ * needs to act (which data table, which role). Never an identity: no email, args or password.
+ */
+export interface ErrorOptions {
+  cause?: unknown;
+  datatable?: string;
+  role?: string;
+}
+
+/**
+ * Generates one error class per code, so the catalogue stays a single table below. Each class
+ * is also exported as a type of the same name (`let e: NoRolesError`).
+ */
+function defineError<const Code extends string>(
+  code: Code,
+  name: string,
+  defaultMessage: string,
+  status: number,
+) {
   const cls = class extends ViewerCacheError {
-    static override readonly code = code;
+    static override readonly code: Code = code;
     /** The message used when none is given; safe to show to anyone. */
     static readonly defaultMessage = defaultMessage;
-    constructor(message: string = defaultMessage, options: { cause?: unknown } = {}) {
+    declare readonly code: Code;
+    constructor(message: string = defaultMessage, options: ErrorOptions = {}) {
       super(message, { ...options, code, status });
     }
   };
@@ -39,6 +64,7 @@ export const ArgsNotJsonError = defineError(
   'job args must be plain JSON data',
   400,
 );
+export type ArgsNotJsonError = InstanceType<typeof ArgsNotJsonError>;
 /** A job or origin is malformed (missing workspace, runnable, …). */
 export const InvalidJobError = defineError(
   'E_INVALID_JOB',
@@ -46,6 +72,7 @@ export const InvalidJobError = defineError(
   'the job is malformed',
   400,
 );
+export type InvalidJobError = InstanceType<typeof InvalidJobError>;
 /** The runnable path is not registered, or its hash does not match the registered version. */
 export const UnknownRunnableError = defineError(
   'E_UNKNOWN_RUNNABLE',
@@ -53,6 +80,7 @@ export const UnknownRunnableError = defineError(
   'no runnable is registered under that path and hash',
   404,
 );
+export type UnknownRunnableError = InstanceType<typeof UnknownRunnableError>;
 /** The runnable threw. The original error is the `cause`; it is never cached. */
 export const ExecutorFailedError = defineError(
   'E_EXECUTOR_FAILED',
@@ -60,6 +88,7 @@ export const ExecutorFailedError = defineError(
   'the runnable failed',
   500,
 );
+export type ExecutorFailedError = InstanceType<typeof ExecutorFailedError>;
 /** The runnable did not settle within the executor's timeout. */
 export const ExecutorTimeoutError = defineError(
   'E_EXECUTOR_TIMEOUT',
@@ -67,6 +96,7 @@ export const ExecutorTimeoutError = defineError(
   'the runnable did not finish in time',
   504,
 );
+export type ExecutorTimeoutError = InstanceType<typeof ExecutorTimeoutError>;
 /** The cache store failed or timed out. The middleware degrades to an uncached run instead. */
 export const StoreUnavailableError = defineError(
   'E_STORE_UNAVAILABLE',
@@ -74,6 +104,7 @@ export const StoreUnavailableError = defineError(
   'the cache store is unavailable',
   503,
 );
+export type StoreUnavailableError = InstanceType<typeof StoreUnavailableError>;
 /** A job with no recorded viewer asked for a viewer connection. */
 export const NoViewerError = defineError(
   'E_NO_VIEWER',
@@ -81,6 +112,7 @@ export const NoViewerError = defineError(
   'this run has no viewer (anonymous visitor, schedule, trigger or agent tool), so it cannot connect as the viewer',
   403,
 );
+export type NoViewerError = InstanceType<typeof NoViewerError>;
 /** The viewer is a tenant of no enabled data-table role. */
 export const NoRolesError = defineError(
   'E_NO_ROLES',
@@ -88,6 +120,7 @@ export const NoRolesError = defineError(
   'the viewer holds no enabled role of this data table',
   403,
 );
+export type NoRolesError = InstanceType<typeof NoRolesError>;
 /** `?role=` names a role the job's runner may not use, or that is disabled or unknown. */
 export const RoleNotPermittedError = defineError(
   'E_ROLE_NOT_PERMITTED',
@@ -95,6 +128,7 @@ export const RoleNotPermittedError = defineError(
   'the runner may not use that data-table role',
   403,
 );
+export type RoleNotPermittedError = InstanceType<typeof RoleNotPermittedError>;
 /** The data table has no default role configured, so a plain reference cannot connect. */
 export const NoDefaultRoleError = defineError(
   'E_NO_DEFAULT_ROLE',
@@ -109,6 +143,7 @@ export const UnknownDatatableError = defineError(
   'no data table by that name in this workspace',
   404,
 );
+export type UnknownDatatableError = InstanceType<typeof UnknownDatatableError>;
 /** The role named is not in the catalog (or was dropped). */
 export const UnknownRoleError = defineError(
   'E_UNKNOWN_ROLE',
@@ -116,6 +151,7 @@ export const UnknownRoleError = defineError(
   'no data-table role by that name',
   404,
 );
+export type UnknownRoleError = InstanceType<typeof UnknownRoleError>;
 /** A `datatable://` reference does not follow the grammar. */
 export const InvalidDatatableRefError = defineError(
   'E_INVALID_DATATABLE_REF',
@@ -123,6 +159,7 @@ export const InvalidDatatableRefError = defineError(
   'malformed data-table reference',
   400,
 );
+export type InvalidDatatableRefError = InstanceType<typeof InvalidDatatableRefError>;
 /** A role name is reserved or not a safe identifier. */
 export const InvalidRoleNameError = defineError(
   'E_INVALID_ROLE_NAME',
@@ -130,6 +167,7 @@ export const InvalidRoleNameError = defineError(
   'invalid role name',
   400,
 );
+export type InvalidRoleNameError = InstanceType<typeof InvalidRoleNameError>;
 /** Resolving the viewer's roles or their login failed (catalog unreachable, …). Fail closed. */
 export const RoleResolutionFailedError = defineError(
   'E_ROLE_RESOLUTION_FAILED',
@@ -137,6 +175,7 @@ export const RoleResolutionFailedError = defineError(
   'could not resolve data-table roles',
   503,
 );
+export type RoleResolutionFailedError = InstanceType<typeof RoleResolutionFailedError>;
 /** Opening a connection as a data-table login failed. */
 export const ConnectFailedError = defineError(
   'E_CONNECT_FAILED',
@@ -144,6 +183,7 @@ export const ConnectFailedError = defineError(
   'could not connect to the data table',
   503,
 );
+export type ConnectFailedError = InstanceType<typeof ConnectFailedError>;
 /** The executor has no data-table connector, so `ctx.datatable` cannot be used. */
 export const DatatableUnavailableError = defineError(
   'E_DATATABLE_UNAVAILABLE',
@@ -151,6 +191,7 @@ export const DatatableUnavailableError = defineError(
   'this executor has no data-table connector',
   500,
 );
+export type DatatableUnavailableError = InstanceType<typeof DatatableUnavailableError>;
 /** An admin operation on the catalog was refused (duplicate role, role in use, …). */
 export const CatalogError = defineError(
   'E_CATALOG',
@@ -158,6 +199,24 @@ export const CatalogError = defineError(
   'the catalog refused this change',
   409,
 );
+export type CatalogError = InstanceType<typeof CatalogError>;
+
+/** The data-table connection died under the job (backend terminated, restart, network drop). */
+export const ConnectionLostError = defineError(
+  'E_CONNECTION_LOST',
+  'ConnectionLostError',
+  'the data-table connection was lost during the run; retry',
+  503,
+);
+export type ConnectionLostError = InstanceType<typeof ConnectionLostError>;
+/** Postgres refused the data a query carried (SQLSTATE class 22: bad encoding, NUL byte, …). */
+export const InvalidDataError = defineError(
+  'E_INVALID_DATA',
+  'InvalidDataError',
+  'the database refused a value in this request',
+  400,
+);
+export type InvalidDataError = InstanceType<typeof InvalidDataError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -179,6 +238,8 @@ export const errors = {
   E_CONNECT_FAILED: ConnectFailedError,
   E_DATATABLE_UNAVAILABLE: DatatableUnavailableError,
   E_CATALOG: CatalogError,
+  E_CONNECTION_LOST: ConnectionLostError,
+  E_INVALID_DATA: InvalidDataError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

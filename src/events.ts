@@ -11,7 +11,7 @@ export interface ResultCacheEvents {
   'cache:miss': { workspace: string; path: string };
   /** Joined an identical in-flight run of the same viewer instead of executing. */
   'cache:coalesced': { workspace: string; path: string };
-  /** The cache was not consulted: no TTL, the store is resting after a failure, or no scope. */
+  /** The cache was not consulted: no TTL, the store is resting after a failure, or the fingerprint failed. */
   'cache:bypass': { workspace: string; path: string; reason: BypassReason };
   /** A successful result was written to the store. */
   'cache:stored': { workspace: string; path: string; bytes: number };
@@ -27,7 +27,7 @@ export interface ResultCacheEvents {
   'store:error': { op: 'get' | 'set'; code: string; message: string };
 }
 
-export type BypassReason = 'no-ttl' | 'store-resting' | 'scope-failed';
+export type BypassReason = 'no-ttl' | 'store-resting' | 'fingerprint-failed';
 export type NotStoredReason = 'fingerprint-moved' | 'unserializable' | 'too-large' | 'store-failed';
 
 /** Event emitter with the map above; `has` lets hot paths skip building payloads. */

@@ -1,9 +1,9 @@
 export { cachedResultPath } from './cache/cache_key.js';
 export type {
   CachedExecutor,
+  FingerprintFn,
   RawResultCacheOptions,
   ResultCacheStats,
-  ScopeFn,
 } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
 export type {

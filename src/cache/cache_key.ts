@@ -10,21 +10,21 @@ const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /**
  * The cache key of a job's result: `<workspace>/cache/<64 hex>`.
  *
- * The hash covers one canonical JSON array — `[format, workspace, path, hash, viewer, scope,
+ * The hash covers one canonical JSON array — `[format, workspace, path, hash, viewer, fingerprint,
  * args]` — where every element is itself a JSON value, so the encoding is injective: no two
  * different inputs (however their characters are arranged) produce the same text. The viewer is
  * `perms.endUserEmail`; `null` (no viewer) encodes as JSON `null`, distinct from `""`, `"null"`
- * and every email. `scope` is an opaque authorization fingerprint; `undefined` ≡ `null`.
+ * and every email. `fingerprint` is an opaque authorization fingerprint; `undefined` ≡ `null`.
  *
  * @throws {ArgsNotJsonError} when args hold a value JSON cannot carry faithfully.
  * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
  */
-export function cachedResultPath(job: Job, scope?: string | null): string {
-  return `${job.workspace}/cache/${hash('sha256', canonicalKeyInput(job, scope), 'hex')}`;
+export function cachedResultPath(job: Job, fingerprint?: string | null): string {
+  return `${job.workspace}/cache/${hash('sha256', canonicalKeyInput(job, fingerprint), 'hex')}`;
 }
 
 /** The exact text that is hashed into the key (exported for tests of the encoding). */
-export function canonicalKeyInput(job: Job, scope?: string | null): string {
+export function canonicalKeyInput(job: Job, fingerprint?: string | null): string {
   const { workspace, runnable, perms } = job;
   if (typeof workspace !== 'string' || !WORKSPACE_RE.test(workspace)) {
     throw new InvalidJobError('job.workspace must be a short identifier ([A-Za-z0-9_.-])');
@@ -41,12 +41,12 @@ export function canonicalKeyInput(job: Job, scope?: string | null): string {
     // viewer must not silently share the anonymous entry.
     throw new InvalidJobError('job.perms.endUserEmail must be a string or null (see recordViewer)');
   }
-  if (scope !== undefined && scope !== null && typeof scope !== 'string') {
-    throw new InvalidJobError('the cache scope must be a string or null');
+  if (fingerprint !== undefined && fingerprint !== null && typeof fingerprint !== 'string') {
+    throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
   return (
     `[${KEY_FORMAT},${JSON.stringify(workspace)},${JSON.stringify(runnable.path)},` +
     `${JSON.stringify(runnable.hash)},${viewer === null ? 'null' : JSON.stringify(viewer)},` +
-    `${scope == null ? 'null' : JSON.stringify(scope)},${canonicalArgs(job.args)}]`
+    `${fingerprint == null ? 'null' : JSON.stringify(fingerprint)},${canonicalArgs(job.args)}]`
   );
 }

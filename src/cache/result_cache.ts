@@ -15,8 +15,8 @@ import { decodeEntry, encodeEntry } from './cache_entry.js';
 import { cachedResultPath } from './cache_key.js';
 import { SingleFlight } from './single_flight.js';
 
-/** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.scope}. */
-export type ScopeFn = (job: Job) => Promise<string | null> | string | null;
+/** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.fingerprint}. */
+export type FingerprintFn = (job: Job) => Promise<string | null> | string | null;
 
 export interface RawResultCacheOptions {
   /** Where results are kept: {@link MemoryCacheStore} or {@link RedisCacheStore}. */
@@ -26,9 +26,9 @@ export interface RawResultCacheOptions {
    * tables, the viewer's resolved role set and the catalog generation. Called before every
    * lookup, and again before storing: a result is not stored if the fingerprint moved while it
    * was computed. When it throws, the run goes on uncached (never served from the cache).
-   * @default no scope (`null`)
+   * @default no fingerprint (`null`)
    */
-  scope?: ScopeFn;
+  fingerprint?: FingerprintFn;
   /** Longest TTL honoured; longer `cacheTtlS` values are capped. @default '1d' */
   maxTtl?: Duration;
   /** Results whose JSON is larger are returned but not stored. @default '8mb' */
@@ -68,7 +68,7 @@ export interface CachedExecutor extends JobExecutor {
 
 /**
  * Wraps `executor` in a result cache keyed by {@link cachedResultPath}: the job's workspace,
- * runnable, args, recorded viewer and scope.
+ * runnable, args, recorded viewer and fingerprint.
  *
  * - Only jobs with `cacheTtlS > 0` are cached; others pass straight through.
  * - A hit returns the stored bytes without executing (the value is parsed only if read).
@@ -96,7 +96,7 @@ class ResultCache implements CachedExecutor {
   readonly events = new TypedEmitter<ResultCacheEvents>();
   readonly #inner: JobExecutor;
   readonly #store: CacheStore;
-  readonly #scope: ScopeFn | null;
+  readonly #fingerprint: FingerprintFn | null;
   readonly #maxTtlMs: number;
   readonly #maxEntryBytes: number;
   readonly #restMs: number;
@@ -107,8 +107,8 @@ class ResultCache implements CachedExecutor {
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
   /** Until when the store is skipped after a failure (clock ms). */
   #restingUntil = 0;
-  /** Whether the scope function is failing (its first failure was logged). */
-  #scopeFailing = false;
+  /** Whether the fingerprint function is failing (its first failure was logged). */
+  #fingerprintFailing = false;
   /** Failures in the current burst; the first is logged, the rest summed on recovery. */
   #burstFailures = 0;
 
@@ -121,12 +121,12 @@ class ResultCache implements CachedExecutor {
     if (typeof store?.get !== 'function' || typeof store.set !== 'function') {
       throw new TypeError('store must be a CacheStore (MemoryCacheStore, RedisCacheStore, …)');
     }
-    if (options.scope !== undefined && typeof options.scope !== 'function') {
-      throw new TypeError('scope must be a function (job) => string | null');
+    if (options.fingerprint !== undefined && typeof options.fingerprint !== 'function') {
+      throw new TypeError('fingerprint must be a function (job) => string | null');
     }
     this.#inner = executor;
     this.#store = store;
-    this.#scope = options.scope ?? null;
+    this.#fingerprint = options.fingerprint ?? null;
     this.#maxTtlMs = resolveDuration(options.maxTtl ?? '1d', 'maxTtl');
     this.#maxEntryBytes = resolveByteSize(options.maxEntryBytes ?? '8mb', 'maxEntryBytes');
     this.#restMs = resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure');
@@ -149,41 +149,41 @@ class ResultCache implements CachedExecutor {
       const passDown = options?.dispatcher ? options : this.#passDown;
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
-      if (this.#scope !== null) return this.#runScoped(job, ttlMs, passDown);
+      if (this.#fingerprint !== null) return this.#runFingerprintd(job, ttlMs, passDown);
       return this.#lookup(job, cachedResultPath(job, null), null, ttlMs, passDown);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Resolves the scope first; without the full viewer key nothing is served or written. */
-  async #runScoped(job: Job, ttlMs: number, passDown: RunOptions): Promise<JobResult> {
-    let scope: string | null;
+  /** Resolves the fingerprint first; without the full viewer key nothing is served or written. */
+  async #runFingerprintd(job: Job, ttlMs: number, passDown: RunOptions): Promise<JobResult> {
+    let fingerprint: string | null;
     try {
-      scope = await this.#scope!(job);
+      fingerprint = await this.#fingerprint!(job);
     } catch (err) {
       // Once per burst, like store failures: a catalog outage must not log every run.
-      if (!this.#scopeFailing) {
-        this.#scopeFailing = true;
+      if (!this.#fingerprintFailing) {
+        this.#fingerprintFailing = true;
         this.#logger.warn(
           { err: summarize(err), path: job.runnable.path },
-          'cache scope failed; running uncached until it answers again',
+          'cache fingerprint failed; running uncached until it answers again',
         );
       }
-      return this.#bypass(job, 'scope-failed', passDown);
+      return this.#bypass(job, 'fingerprint-failed', passDown);
     }
-    if (this.#scopeFailing) {
-      this.#scopeFailing = false;
-      this.#logger.info('cache scope answering again');
+    if (this.#fingerprintFailing) {
+      this.#fingerprintFailing = false;
+      this.#logger.info('cache fingerprint answering again');
     }
-    return this.#lookup(job, cachedResultPath(job, scope), scope, ttlMs, passDown);
+    return this.#lookup(job, cachedResultPath(job, fingerprint), fingerprint, ttlMs, passDown);
   }
 
   /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
   #lookup(
     job: Job,
     key: string,
-    scope: string | null,
+    fingerprint: string | null,
     ttlMs: number,
     passDown: RunOptions,
   ): Promise<JobResult> {
@@ -200,7 +200,9 @@ class ResultCache implements CachedExecutor {
           reason: 'store-resting',
         });
       }
-      return this.#flights.run(key, () => this.#execute(job, key, scope, ttlMs, passDown, true));
+      return this.#flights.run(key, () =>
+        this.#execute(job, key, fingerprint, ttlMs, passDown, true),
+      );
     }
 
     let read: Promise<Uint8Array | null>;
@@ -212,10 +214,10 @@ class ResultCache implements CachedExecutor {
       read = Promise.reject(err);
     }
     return read.then(
-      (entry) => this.#afterRead(job, key, scope, ttlMs, passDown, entry),
+      (entry) => this.#afterRead(job, key, fingerprint, ttlMs, passDown, entry),
       (err: unknown) => {
         this.#storeFailed('get', err);
-        return this.#miss(job, key, scope, ttlMs, passDown);
+        return this.#miss(job, key, fingerprint, ttlMs, passDown);
       },
     );
   }
@@ -224,7 +226,7 @@ class ResultCache implements CachedExecutor {
   #afterRead(
     job: Job,
     key: string,
-    scope: string | null,
+    fingerprint: string | null,
     ttlMs: number,
     passDown: RunOptions,
     entry: Uint8Array | null,
@@ -248,14 +250,14 @@ class ResultCache implements CachedExecutor {
         });
       }
     }
-    return this.#miss(job, key, scope, ttlMs, passDown);
+    return this.#miss(job, key, fingerprint, ttlMs, passDown);
   }
 
   /** Counts the miss and executes, or joins the run another caller started meanwhile. */
   #miss(
     job: Job,
     key: string,
-    scope: string | null,
+    fingerprint: string | null,
     ttlMs: number,
     passDown: RunOptions,
   ): Promise<JobResult> {
@@ -266,7 +268,9 @@ class ResultCache implements CachedExecutor {
     if (this.events.has('cache:miss')) {
       this.events.emit('cache:miss', { workspace: job.workspace, path: job.runnable.path });
     }
-    return this.#flights.run(key, () => this.#execute(job, key, scope, ttlMs, passDown, false));
+    return this.#flights.run(key, () =>
+      this.#execute(job, key, fingerprint, ttlMs, passDown, false),
+    );
   }
 
   /** `cacheTtlS` in ms, capped; 0 when the job is not to be cached. */
@@ -311,7 +315,7 @@ class ResultCache implements CachedExecutor {
   async #execute(
     job: Job,
     key: string,
-    scope: string | null,
+    fingerprint: string | null,
     ttlMs: number,
     options: RunOptions,
     skipStore: boolean,
@@ -331,7 +335,7 @@ class ResultCache implements CachedExecutor {
       this.#notStored(job, 'too-large');
     } else if (this.#now() < this.#restingUntil) {
       this.#notStored(job, 'store-failed');
-    } else if (this.#scope !== null && (await this.#scopeNow(job)) !== scope) {
+    } else if (this.#fingerprint !== null && (await this.#fingerprintNow(job)) !== fingerprint) {
       // The viewer's authorization changed while this ran: the result may show rows they no
       // longer hold (or miss new ones). Hand it to this caller, but never keep it.
       this.#notStored(job, 'fingerprint-moved');
@@ -341,9 +345,9 @@ class ResultCache implements CachedExecutor {
     return computed;
   }
 
-  async #scopeNow(job: Job): Promise<string | null | undefined> {
+  async #fingerprintNow(job: Job): Promise<string | null | undefined> {
     try {
-      return await this.#scope!(job);
+      return await this.#fingerprint!(job);
     } catch {
       return undefined; // unknown: treated as moved
     }

@@ -62,11 +62,11 @@ export interface RawDatatablesOptions {
 
 /**
  * Data tables as the viewer: the {@link DatatableConnector} to give {@link createExecutor}, the
- * `scope` to give {@link withResultCache}, and the catalog admin API.
+ * `fingerprint` to give {@link withResultCache}, and the catalog admin API.
  */
 export interface Datatables extends DatatableConnector {
-  /** The authorization fingerprint of a job, for `withResultCache({ scope })`. */
-  readonly scope: (job: Job) => string | Promise<string>;
+  /** The authorization fingerprint of a job, for `withResultCache({ fingerprint })`. */
+  readonly fingerprint: (job: Job) => string | Promise<string>;
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
   /** Generation of the catalog state in memory. */
@@ -104,7 +104,7 @@ export async function createDatatables(options: RawDatatablesOptions): Promise<D
 class DatatableService implements Datatables {
   readonly events = new TypedEmitter<DatatablesEvents>();
   readonly admin: CatalogAdmin;
-  readonly scope: (job: Job) => string | Promise<string>;
+  readonly fingerprint: (job: Job) => string | Promise<string>;
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
   readonly #setLogins: RoleSetLogins;
@@ -179,7 +179,7 @@ class DatatableService implements Datatables {
       logger: this.#logger,
     });
     const fingerprints = new Fingerprinter(this.#snapshot, this.#directory);
-    this.scope = (job) => fingerprints.scope(job);
+    this.fingerprint = (job) => fingerprints.of(job);
   }
 
   async start(migrate: boolean): Promise<void> {

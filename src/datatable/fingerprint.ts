@@ -7,7 +7,7 @@ import { resolveRoles } from './resolve_roles.js';
 const MAX_MEMO = 100_000;
 
 /**
- * The authorization fingerprint of a job, used as the result cache's `scope`:
+ * The authorization fingerprint of a job, used as the result cache's `fingerprint`:
  * the catalog's id and generation, the viewer's resolved role set, and what the runner
  * (`perms.email`) may use by name. Two runs share a cache entry only if all three agree, so a role or group
  * change applies on the viewer's next run, and a runner who may not use a role can never be
@@ -28,7 +28,7 @@ export class Fingerprinter {
     this.#directory = directory;
   }
 
-  scope(job: Job): string | Promise<string> {
+  of(job: Job): string | Promise<string> {
     const state = this.#snapshot.freshState();
     if (state !== undefined && this.#directory === null) {
       if (state !== this.#memoState) {

@@ -141,7 +141,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const world = demoWorld(() => baseUrl);
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
-    const cache = withResultCache(executor, { store, scope: datatables.scope, logger });
+    const cache = withResultCache(executor, { store, fingerprint: datatables.fingerprint, logger });
     const apiTokens = new ApiTokens(pool);
 
     let demoTokens: Record<string, string> = {};

@@ -8,7 +8,7 @@ import { makeJob } from '../helpers/jobs.js';
 
 const alice = 'alice@example.com';
 const base = makeJob({ viewer: alice, args: { region: 'eu', limit: 10 } });
-const key = (job: Job, scope?: string | null) => cachedResultPath(job, scope);
+const key = (job: Job, fingerprint?: string | null) => cachedResultPath(job, fingerprint);
 
 describe('cachedResultPath: shape', () => {
   it('is <workspace>/cache/<64 hex>', () => {
@@ -38,15 +38,18 @@ describe('cachedResultPath: every key input (SPEC invariant 3)', () => {
     ['args (an extra null field)', { ...base, args: { ...base.args, extra: null } }, undefined],
     ['viewer', { ...base, perms: { ...base.perms, endUserEmail: 'bob@example.com' } }, undefined],
     ['viewer (none)', { ...base, perms: { ...base.perms, endUserEmail: null } }, undefined],
-    ['scope', base, 'roles:1'],
+    ['fingerprint', base, 'roles:1'],
   ];
 
-  it.each(variants)('two jobs differing only in %s never share a key', (_name, job, scope) => {
-    expect(key(job, scope)).not.toBe(key(base));
-  });
+  it.each(variants)(
+    'two jobs differing only in %s never share a key',
+    (_name, job, fingerprint) => {
+      expect(key(job, fingerprint)).not.toBe(key(base));
+    },
+  );
 
   it('all the variants are pairwise distinct too', () => {
-    const keys = variants.map(([, job, scope]) => key(job, scope));
+    const keys = variants.map(([, job, fingerprint]) => key(job, fingerprint));
     expect(new Set([...keys, key(base)]).size).toBe(variants.length + 1);
   });
 
@@ -85,14 +88,14 @@ describe('cachedResultPath: every key input (SPEC invariant 3)', () => {
     }
   });
 
-  it('scope undefined ≡ null; null, "", "null" and "x" differ', () => {
+  it('fingerprint undefined ≡ null; null, "", "null" and "x" differ', () => {
     expect(key(base, undefined)).toBe(key(base, null));
     expect(key(base)).toBe(key(base, null));
-    const keys = [null, '', 'null', 'x'].map((scope) => key(base, scope));
+    const keys = [null, '', 'null', 'x'].map((fingerprint) => key(base, fingerprint));
     expect(new Set(keys).size).toBe(4);
   });
 
-  it('scope and viewer are different slots: swapping them changes the key', () => {
+  it('fingerprint and viewer are different slots: swapping them changes the key', () => {
     const a = makeJob({ viewer: 'x@y' });
     const b = makeJob({ viewer: null });
     expect(key(a, null)).not.toBe(key(b, 'x@y'));
@@ -149,7 +152,7 @@ describe('cachedResultPath: separator games', () => {
       ],
     ];
     for (const [a, b] of pairs) expect(key(a)).not.toBe(key(b));
-    // and scope cannot stand in for args or viewer
+    // and fingerprint cannot stand in for args or viewer
     expect(key(makeJob({ viewer: 'v' }), 'w')).not.toBe(key(makeJob({ viewer: 'v","w' })));
   });
 });
@@ -161,7 +164,7 @@ describe('cachedResultPath: property', () => {
     path: small(['p', 'p2', 'p","x', 'a/b']),
     hash: small(['h', 'h2']),
     viewer: fc.constantFrom<string | null>(null, '', 'null', 'a@x', 'b@x', 'a@x","p'),
-    scope: fc.constantFrom<string | null | undefined>(undefined, null, '', 'null', 's1'),
+    fingerprint: fc.constantFrom<string | null | undefined>(undefined, null, '', 'null', 's1'),
     args: fc.dictionary(
       small(['a', 'b', 'c', '"', '']),
       fc.oneof(
@@ -186,7 +189,7 @@ describe('cachedResultPath: property', () => {
       input.path,
       input.hash,
       input.viewer,
-      input.scope ?? null,
+      input.fingerprint ?? null,
       canonicalArgs(input.args),
     ]);
 
@@ -194,7 +197,7 @@ describe('cachedResultPath: property', () => {
     fc.assert(
       fc.property(jobInput, jobInput, (a, b) => {
         const sameInput = canonicalTuple(a) === canonicalTuple(b);
-        const sameKey = key(toJob(a), a.scope) === key(toJob(b), b.scope);
+        const sameKey = key(toJob(a), a.fingerprint) === key(toJob(b), b.fingerprint);
         expect(sameKey).toBe(sameInput);
       }),
       { numRuns: 2000 },
@@ -217,12 +220,12 @@ describe('cachedResultPath: property', () => {
           fc.option(text),
           fc.dictionary(text, fc.jsonValue({ maxDepth: 2 })),
         ),
-        ([pathA, viewerA, scopeA, argsA], [pathB, viewerB, scopeB, argsB]) => {
+        ([pathA, viewerA, fingerprintA, argsA], [pathB, viewerB, fingerprintB, argsB]) => {
           const a = makeJob({ path: `p${pathA}`, viewer: viewerA, args: argsA });
           const b = makeJob({ path: `p${pathB}`, viewer: viewerB, args: argsB });
-          const inputA = canonicalKeyInput(a, scopeA);
-          const inputB = canonicalKeyInput(b, scopeB);
-          expect(key(a, scopeA) === key(b, scopeB)).toBe(inputA === inputB);
+          const inputA = canonicalKeyInput(a, fingerprintA);
+          const inputB = canonicalKeyInput(b, fingerprintB);
+          expect(key(a, fingerprintA) === key(b, fingerprintB)).toBe(inputA === inputB);
           // the canonical input parses back to exactly its parts: the encoding is injective
           expect(JSON.parse(inputA)).toEqual([
             1,
@@ -230,7 +233,7 @@ describe('cachedResultPath: property', () => {
             `p${pathA}`,
             'h1',
             viewerA,
-            scopeA,
+            fingerprintA,
             JSON.parse(canonicalArgs(argsA)),
           ]);
         },

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { coerceError } from '../../src/errors.js';
-import { errors, ViewerCacheError } from '../../src/index.js';
+import { errors, NoRolesError, RoleNotPermittedError, ViewerCacheError } from '../../src/index.js';
 
 const entries = Object.entries(errors);
 
@@ -32,6 +32,26 @@ describe('error catalogue', () => {
     expect(wrapped.message).toBe('custom message');
     expect(wrapped.cause).toBe(cause);
     expect(wrapped.code).toBe(code);
+  });
+
+  it('every class is also a type, narrowed by instanceof, with its literal code', () => {
+    const caught: unknown = new NoRolesError(undefined, { datatable: 'main' });
+    let typed: NoRolesError | undefined;
+    if (caught instanceof NoRolesError) typed = caught;
+    expect(typed?.code).toBe('E_NO_ROLES');
+    const code: 'E_NO_ROLES' | undefined = typed?.code;
+    expect(code).toBe('E_NO_ROLES');
+    expect(caught instanceof RoleNotPermittedError).toBe(false);
+  });
+
+  it('errors carry the data table and role they are about, and nothing when not given', () => {
+    const err: RoleNotPermittedError = new RoleNotPermittedError('nope', {
+      datatable: 'main',
+      role: 'sales_emea',
+    });
+    expect(err.datatable).toBe('main');
+    expect(err.role).toBe('sales_emea');
+    expect(Object.keys(new NoRolesError())).not.toContain('datatable');
   });
 
   it('codes and class names are unique', () => {

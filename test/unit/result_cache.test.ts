@@ -158,21 +158,21 @@ describe('coalescing (single flight on the full key)', () => {
     for (const viewer of viewers) expect(inner.callsFor(viewer)).toBe(1);
   });
 
-  it('different scopes of one viewer never coalesce', async () => {
+  it('different fingerprints of one viewer never coalesce', async () => {
     const gate = deferred();
     const settledIn = countdown(2);
     const inner = new CountingExecutor(async (j) => {
       settledIn.arrive();
       await gate.promise;
-      return { viewer: j.perms.endUserEmail, scope: j.args['scope'] };
+      return { viewer: j.perms.endUserEmail, fingerprint: j.args['fingerprint'] };
     });
-    // the scope comes from outside the job (as a role fingerprint would); args stay equal
-    let scope = 'roles-a';
-    const { cache } = setup({ scope: () => scope }, inner);
+    // the fingerprint comes from outside the job (as a role fingerprint would); args stay equal
+    let fingerprint = 'roles-a';
+    const { cache } = setup({ fingerprint: () => fingerprint }, inner);
     cache.events.on('cache:coalesced', () => settledIn.arrive());
     const a = cache.run(job(alice));
     await Promise.resolve();
-    scope = 'roles-b';
+    fingerprint = 'roles-b';
     const b = cache.run(job(alice));
     await settledIn.done;
     expect(inner.calls).toBe(2);
@@ -348,32 +348,32 @@ describe('a hit', () => {
   });
 });
 
-describe('the scope option', () => {
-  it('different scopes never share an entry', async () => {
-    let scope = 'roles:1';
-    const { cache, inner } = setup({ scope: async () => scope });
+describe('the fingerprint option', () => {
+  it('different fingerprints never share an entry', async () => {
+    let fingerprint = 'roles:1';
+    const { cache, inner } = setup({ fingerprint: async () => fingerprint });
     await cache.run(job(alice));
     expect((await cache.run(job(alice))).fromCache).toBe(true);
-    scope = 'roles:2';
+    fingerprint = 'roles:2';
     expect((await cache.run(job(alice))).fromCache).toBe(false);
-    scope = 'roles:1';
+    fingerprint = 'roles:1';
     expect((await cache.run(job(alice))).fromCache).toBe(true);
     expect(inner.calls).toBe(2);
   });
 
-  it('a null scope and a string "null" scope are different entries', async () => {
-    let scope: string | null = null;
-    const { cache, inner } = setup({ scope: () => scope });
+  it('a null fingerprint and a string "null" fingerprint are different entries', async () => {
+    let fingerprint: string | null = null;
+    const { cache, inner } = setup({ fingerprint: () => fingerprint });
     await cache.run(job(alice));
-    scope = 'null';
+    fingerprint = 'null';
     expect((await cache.run(job(alice))).fromCache).toBe(false);
     expect(inner.calls).toBe(2);
   });
 
-  it('a scope that throws runs uncached and is never served from the cache', async () => {
+  it('a fingerprint that throws runs uncached and is never served from the cache', async () => {
     let broken = false;
     const { cache, inner, store } = setup({
-      scope: () => {
+      fingerprint: () => {
         if (broken) throw new Error('catalog unreachable');
         return 'roles:1';
       },
@@ -385,16 +385,16 @@ describe('the scope option', () => {
     cache.events.on('cache:bypass', (e) => reasons.push(e.reason));
     for (let i = 0; i < 3; i++) expect((await cache.run(job(alice))).fromCache).toBe(false);
     expect(inner.calls).toBe(4);
-    expect(reasons).toEqual(['scope-failed', 'scope-failed', 'scope-failed']);
+    expect(reasons).toEqual(['fingerprint-failed', 'fingerprint-failed', 'fingerprint-failed']);
     expect(cache.stats).toMatchObject({ stored: 1, bypasses: 3, hits: 0 });
   });
 
-  it('a failing scope is logged once per burst, and its recovery once', async () => {
+  it('a failing fingerprint is logged once per burst, and its recovery once', async () => {
     let broken = true;
     const { logger, lines } = captureLogger();
     const { cache } = setup({
       logger,
-      scope: () => {
+      fingerprint: () => {
         if (broken) throw new Error('catalog unreachable');
         return 'roles:1';
       },
@@ -405,14 +405,16 @@ describe('the scope option', () => {
     broken = true;
     await cache.run(job(alice));
     const messages = lines().map((line) => line['msg']);
-    expect(messages.filter((m) => String(m).startsWith('cache scope failed'))).toHaveLength(2);
-    expect(messages.filter((m) => m === 'cache scope answering again')).toHaveLength(1);
+    expect(messages.filter((m) => String(m).startsWith('cache fingerprint failed'))).toHaveLength(
+      2,
+    );
+    expect(messages.filter((m) => m === 'cache fingerprint answering again')).toHaveLength(1);
   });
 
-  it('a scope that throws on the first run stores nothing', async () => {
+  it('a fingerprint that throws on the first run stores nothing', async () => {
     let broken = true;
     const { cache, inner, store } = setup({
-      scope: async () => {
+      fingerprint: async () => {
         if (broken) throw new Error('catalog unreachable');
         return 'roles:1';
       },
@@ -424,8 +426,8 @@ describe('the scope option', () => {
     expect(inner.calls).toBe(2);
   });
 
-  it('a scope that moves during execution: result returned, not stored, next call re-executes', async () => {
-    let scope = 'roles:1';
+  it('a fingerprint that moves during execution: result returned, not stored, next call re-executes', async () => {
+    let fingerprint = 'roles:1';
     const gate = deferred();
     const started = deferred();
     const inner = new CountingExecutor(async (j) => {
@@ -433,12 +435,12 @@ describe('the scope option', () => {
       await gate.promise;
       return { viewer: j.perms.endUserEmail };
     });
-    const { cache, store } = setup({ scope: () => scope }, inner);
+    const { cache, store } = setup({ fingerprint: () => fingerprint }, inner);
     const notStored: string[] = [];
     cache.events.on('cache:not-stored', (e) => notStored.push(e.reason));
     const run = cache.run(job(alice));
     await started.promise;
-    scope = 'roles:2';
+    fingerprint = 'roles:2';
     gate.resolve();
     const result = await run;
     expect(viewerOf(result)).toBe(alice);
@@ -448,16 +450,16 @@ describe('the scope option', () => {
     expect(cache.stats).toMatchObject({ stored: 0, notStored: 1 });
     // neither the old nor the new fingerprint holds the result
     expect((await cache.run(job(alice))).fromCache).toBe(false);
-    scope = 'roles:1';
+    fingerprint = 'roles:1';
     inner.behaviour = (j) => ({ viewer: j.perms.endUserEmail });
     expect((await cache.run(job(alice))).fromCache).toBe(false);
     expect(inner.calls).toBe(3);
   });
 
-  it('a scope that throws while storing counts as moved', async () => {
+  it('a fingerprint that throws while storing counts as moved', async () => {
     let calls = 0;
     const { cache, store } = setup({
-      scope: () => {
+      fingerprint: () => {
         if (++calls === 2) throw new Error('catalog unreachable');
         return 'roles:1';
       },
@@ -691,7 +693,9 @@ describe('options', () => {
     expect(() => withResultCache({} as never, { store })).toThrow(TypeError);
     expect(() => withResultCache(inner, null as never)).toThrow(TypeError);
     expect(() => withResultCache(inner, { store: {} as never })).toThrow(/store/);
-    expect(() => withResultCache(inner, { store, scope: 'x' as never })).toThrow(/scope/);
+    expect(() => withResultCache(inner, { store, fingerprint: 'x' as never })).toThrow(
+      /fingerprint/,
+    );
     expect(() => withResultCache(inner, { store, maxTtl: -1 })).toThrow(/maxTtl/);
     expect(() => withResultCache(inner, { store, storeRestAfterFailure: 'soon' })).toThrow(
       /storeRestAfterFailure/,

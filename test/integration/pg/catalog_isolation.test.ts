@@ -11,7 +11,7 @@ import {
 } from '../../helpers/orders_db.js';
 
 // Two catalogs on one cluster (two deployments, or two test files): each must only ever touch
-// its own set logins, and their cache scopes must never meet.
+// its own set logins, and their cache fingerprints must never meet.
 let a: OrdersDb;
 let b: OrdersDb;
 
@@ -62,7 +62,7 @@ describe('two catalogs on one cluster', () => {
     expect(await setLoginRows(a.sql)).toEqual([aRow]);
   });
 
-  it('two catalogs give different scopes to the same job, even with equal generations', async () => {
+  it('two catalogs give different fingerprints to the same job, even with equal generations', async () => {
     await a.sql.query("update viewer_cache.generation set catalog_id = 'catalog-a'");
     await b.sql.query("update viewer_cache.generation set catalog_id = 'catalog-b'");
     // Any change makes both reload; bring them to the same generation number too.
@@ -85,7 +85,10 @@ describe('two catalogs on one cluster', () => {
       args: {},
       perms: { email: PUBLISHER, endUserEmail: 'nobody@example.com' },
     };
-    const [sa, sb] = await Promise.all([a.datatables.scope(job), b.datatables.scope(job)]);
+    const [sa, sb] = await Promise.all([
+      a.datatables.fingerprint(job),
+      b.datatables.fingerprint(job),
+    ]);
     expect(sa).toContain('catalog-a');
     expect(sb).toContain('catalog-b');
     expect(sa).not.toBe(sb);

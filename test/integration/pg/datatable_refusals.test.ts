@@ -277,12 +277,12 @@ describe('data tables and the default role', () => {
 });
 
 describe('refusals are never cached', () => {
-  for (const scoped of [true, false]) {
-    it(`E_NO_ROLES, then the catalog is fixed: the next run succeeds (${scoped ? 'with' : 'without'} the fingerprint scope)`, async () => {
-      const viewer = `fixme-${scoped ? 'scoped' : 'unscoped'}@example.com`;
+  for (const fingerprinted of [true, false]) {
+    it(`E_NO_ROLES, then the catalog is fixed: the next run succeeds (${fingerprinted ? 'with' : 'without'} the fingerprint)`, async () => {
+      const viewer = `fixme-${fingerprinted ? 'fingerprinted' : 'unfingerprinted'}@example.com`;
       const cached = withResultCache(executor, {
         store: new MemoryCacheStore(),
-        ...(scoped ? { scope: fx.datatables.scope } : {}),
+        ...(fingerprinted ? { fingerprint: fx.datatables.fingerprint } : {}),
       });
       for (let attempt = 0; attempt < 2; attempt++) {
         await expect(
@@ -323,7 +323,7 @@ describe('refusals are never cached', () => {
   it('E_NO_VIEWER is not stored either', async () => {
     const cached = withResultCache(executor, {
       store: new MemoryCacheStore(),
-      scope: fx.datatables.scope,
+      fingerprint: fx.datatables.fingerprint,
     });
     await expect(
       runFor(executor, 'viewer_rows', { kind: 'trigger' }, { through: cached }),

@@ -156,7 +156,7 @@ beforeAll(async () => {
   executor = executorFor(datatables);
   redis = new Redis(inject('redisUrl'));
   store = new RedisCacheStore({ redis: inject('redisUrl'), prefix: redisPrefix() });
-  cached = withResultCache(executor, { store, scope: datatables.scope, logger });
+  cached = withResultCache(executor, { store, fingerprint: datatables.fingerprint, logger });
 });
 
 afterAll(async () => {
@@ -184,7 +184,7 @@ async function redisKeys(): Promise<string[]> {
 function freshCache(): CachedExecutor {
   return withResultCache(executor, {
     store: new MemoryCacheStore(),
-    scope: datatables.scope,
+    fingerprint: datatables.fingerprint,
     logger,
   });
 }

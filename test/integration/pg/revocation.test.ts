@@ -66,7 +66,7 @@ function stack(datatables: Datatables): Stack {
     },
   });
   const store = new RedisCacheStore({ redis: inject('redisUrl'), prefix, commandTimeout: 2000 });
-  const cached = withResultCache(executor, { store, scope: datatables.scope });
+  const cached = withResultCache(executor, { store, fingerprint: datatables.fingerprint });
   const built = { datatables, executor, cached, store };
   stacks.push(built);
   return built;

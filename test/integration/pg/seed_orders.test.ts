@@ -42,7 +42,10 @@ beforeAll(async () => {
       },
     },
   });
-  cached = withResultCache(executor, { store: new MemoryCacheStore(), scope: datatables.scope });
+  cached = withResultCache(executor, {
+    store: new MemoryCacheStore(),
+    fingerprint: datatables.fingerprint,
+  });
 });
 
 afterAll(async () => {
