@@ -102,7 +102,7 @@ async function rolePassword(url: string, role: string): Promise<string> {
       'select oid, secret from viewer_cache.role where name = $1',
       [role],
     );
-    return new PasswordDeriver(SECRET).password(`role:${rows[0]!.oid}`, rows[0]!.secret);
+    return new PasswordDeriver(SECRET).forRole(rows[0]!.oid, rows[0]!.secret);
   } finally {
     await client.end();
   }

@@ -7,11 +7,12 @@ export type {
 } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
 export type {
-  CatalogAdmin,
-  CatalogChange,
-  RoleInfo,
-} from './datatable/catalog_admin.js';
-export type { DatatableAccess, DatatableRef } from './datatable/datatable_ref.js';
+  DatatableClient,
+  DatatableConnector,
+  DatatableLease,
+  DatatableQueryResult,
+} from './connector/datatable_connector.js';
+export type { DatatableAccess, DatatableRef } from './connector/datatable_ref.js';
 export {
   accessFromRoleName,
   accessToRoleName,
@@ -19,7 +20,12 @@ export {
   formatDatatableRef,
   parseDatatableRef,
   validateRoleName,
-} from './datatable/datatable_ref.js';
+} from './connector/datatable_ref.js';
+export type {
+  CatalogAdmin,
+  CatalogChange,
+  RoleInfo,
+} from './datatable/catalog_admin.js';
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
@@ -54,12 +60,6 @@ export type {
   NotStoredReason,
   ResultCacheEvents,
 } from './events.js';
-export type {
-  DatatableClient,
-  DatatableConnector,
-  DatatableLease,
-  DatatableQueryResult,
-} from './executor/datatable_connector.js';
 export type {
   DatatableRequest,
   Executor,

@@ -1,5 +1,8 @@
 import { InvalidJobError } from './errors.js';
 
+/** A workspace id: short, no path separators, safe in a cache key and a URL segment. */
+export const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
 /** A runnable's identity: its path and the content version that produced a result. */
 export interface RunnableRef {
   readonly path: string;

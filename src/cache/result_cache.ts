@@ -11,9 +11,9 @@ import {
 } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
+import { SingleFlight } from '../util/single_flight.js';
 import { decodeEntry, encodeEntry } from './cache_entry.js';
 import { cachedResultPath } from './cache_key.js';
-import { SingleFlight } from './single_flight.js';
 
 /** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.fingerprint}. */
 export type FingerprintFn = (job: Job) => Promise<string | null> | string | null;

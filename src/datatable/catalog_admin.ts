@@ -1,14 +1,14 @@
 import pg from 'pg';
+import { datatableRefOf, validateRoleName } from '../connector/datatable_ref.js';
 import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../errors.js';
+import { WORKSPACE_RE } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
-import { parseDatatableRef, validateRoleName } from './datatable_ref.js';
 import { type MembershipKind, validateTenant } from './directory.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
-import type { RoleSetLogins } from './role_set_login.js';
+import { withClient, withPooledClient } from './pg_clients.js';
+import type { RoleSetProtocol } from './role_set_protocol.js';
 import * as sql from './sql/catalog_writes.js';
-import { LOGIN_ATTRIBUTES } from './sql/role_set.js';
-
-const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from './sql/logins.js';
 
 /** What every change returns: the catalog generation it produced. */
 export interface CatalogChange {
@@ -29,7 +29,7 @@ export interface CatalogAdminOptions {
   pool: pg.Pool;
   adminConfig: pg.ClientConfig;
   passwords: PasswordDeriver;
-  setLogins: RoleSetLogins;
+  setLogins: RoleSetProtocol;
   /** Called when a login must not be used any more in this process (pools closed). */
   onLoginGone: (login: string) => void;
   /**
@@ -72,7 +72,7 @@ export class CatalogAdmin {
     options: { database: string },
   ): Promise<CatalogChange> {
     checkWorkspace(workspace);
-    parseDatatableRef(`datatable://${name}`);
+    datatableRefOf(name);
     if (typeof options?.database !== 'string' || options.database.length === 0) {
       throw new CatalogError('database must name the Postgres database of the data table');
     }
@@ -129,7 +129,7 @@ export class CatalogAdmin {
       }
       oid = Number((await client.query<{ oid: number }>(sql.READ_ROLE_OID, [name])).rows[0]!.oid);
       // The password is tied to the OID, which only exists now; the role is committed with it.
-      const verifier = await scramVerifier(this.#options.passwords.password(`role:${oid}`, secret));
+      const verifier = await scramVerifier(this.#options.passwords.forRole(oid, secret));
       await client.query(
         `alter role ${ident} with ${LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
       );
@@ -185,7 +185,7 @@ export class CatalogAdmin {
       await client.query(sql.SET_ENABLED, [role.oid, false]);
       await client.query(`alter role ${pg.escapeIdentifier(role.name)} with nologin`);
     });
-    await this.#pool.query(sql.TERMINATE_ROLE_BACKENDS, [role!.name]);
+    await this.#pool.query(TERMINATE_BACKENDS, [role!.name]);
     this.#options.onLoginGone(role!.name);
     await this.#retireHolding(role!.oid);
     return change;
@@ -195,9 +195,7 @@ export class CatalogAdmin {
   async enableRole(workspace: string, name: string): Promise<CatalogChange> {
     return this.#change(async (client) => {
       const role = await this.#findRole(client, workspace, name);
-      const verifier = await scramVerifier(
-        this.#options.passwords.password(`role:${role.oid}`, role.secret),
-      );
+      const verifier = await scramVerifier(this.#options.passwords.forRole(role.oid, role.secret));
       await client.query(
         `alter role ${pg.escapeIdentifier(role.name)} with ${LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
       );
@@ -213,21 +211,26 @@ export class CatalogAdmin {
   async dropRole(workspace: string, name: string): Promise<CatalogChange> {
     const role = await this.#findRole(this.#pool, workspace, name);
     await this.disableRole(workspace, name);
-    const client = new pg.Client({ ...this.#options.adminConfig, database: role.database });
     try {
-      await client.connect();
-      await client.query('begin');
-      await client.query(`drop owned by ${pg.escapeIdentifier(role.name)}`);
-      await client.query(`drop role ${pg.escapeIdentifier(role.name)}`);
-      await client.query('commit');
+      await withClient(
+        { ...this.#options.adminConfig, database: role.database },
+        async (client) => {
+          await client.query('begin');
+          try {
+            await client.query(`drop owned by ${pg.escapeIdentifier(role.name)}`);
+            await client.query(`drop role ${pg.escapeIdentifier(role.name)}`);
+            await client.query('commit');
+          } catch (err) {
+            await client.query('rollback').catch(() => {});
+            throw err;
+          }
+        },
+      );
     } catch (err) {
-      await client.query('rollback').catch(() => {});
       throw new CatalogError(
         `could not drop role ${role.name}; it may hold privileges in another database (run DROP OWNED there)`,
-        { cause: err },
+        { cause: err, role: role.name },
       );
-    } finally {
-      await client.end().catch(() => {});
     }
     return this.#change(async (tx) => {
       await tx.query(sql.CLEAR_DEFAULT_ROLE, [role.oid]);
@@ -295,21 +298,20 @@ export class CatalogAdmin {
 
   /** Runs `fn` in a transaction that ends with a generation bump + NOTIFY. */
   async #change(fn: (client: pg.PoolClient) => Promise<void>): Promise<CatalogChange> {
-    const client = await this.#pool.connect();
-    try {
+    const generation = await withPooledClient(this.#pool, async (client) => {
       await client.query('begin');
-      await fn(client);
-      const { rows } = await client.query<{ value: string }>(sql.BUMP_GENERATION);
-      await client.query('commit');
-      const generation = Number(rows[0]!.value);
-      this.#options.onCommitted?.(generation);
-      return { generation };
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+      try {
+        await fn(client);
+        const { rows } = await client.query<{ value: string }>(sql.BUMP_GENERATION);
+        await client.query('commit');
+        return Number(rows[0]!.value);
+      } catch (err) {
+        await client.query('rollback').catch(() => {});
+        throw err;
+      }
+    });
+    this.#options.onCommitted?.(generation);
+    return { generation };
   }
 
   async #findRole(

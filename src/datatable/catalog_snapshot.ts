@@ -1,139 +1,19 @@
 import pg from 'pg';
 import { RoleResolutionFailedError } from '../errors.js';
-import { TypedEmitter } from '../events.js';
+import type { TypedEmitter } from '../events.js';
 import { type Logger, silentLogger } from '../logger.js';
-import type { MembershipKind, Principals } from './directory.js';
-import { NO_PRINCIPALS } from './directory.js';
+import { type CatalogState, loadCatalogState } from './catalog_state.js';
+import type { DatatablesEvents } from './datatables_events.js';
 import { CATALOG_CHANNEL } from './migrations.js';
 import * as sql from './sql/catalog_reads.js';
-
-/** One data-table role as the catalog knows it. */
-export interface CatalogRole {
-  /** Catalog id: the Postgres role's OID. */
-  readonly oid: number;
-  readonly workspace: string;
-  readonly datatable: string;
-  /** Current name (from pg_roles, so a rename shows at once). */
-  readonly name: string;
-  readonly enabled: boolean;
-  readonly tenants: readonly string[];
-  /** Nonce of the role's login password. */
-  readonly secret: Buffer;
-  /**
-   * False when the Postgres role is gone, or has SUPERUSER or BYPASSRLS (someone altered it
-   * outside the catalog): such a role is never handed out.
-   */
-  readonly safe: boolean;
-}
-
-export interface CatalogDatatable {
-  readonly workspace: string;
-  readonly name: string;
-  readonly database: string;
-  readonly defaultRole: number | null;
-}
-
-/** An immutable, consistent read of the whole catalog at one generation. */
-export class CatalogState {
-  readonly #datatables = new Map<string, CatalogDatatable>();
-  readonly #rolesByWorkspace = new Map<string, CatalogRole[]>();
-  readonly #roleByOid = new Map<number, CatalogRole>();
-  readonly #roleByName = new Map<string, CatalogRole>();
-  readonly #principals = new Map<
-    string,
-    { groups: string[]; folders: string[]; isAdmin: boolean }
-  >();
-
-  constructor(
-    readonly generation: number,
-    datatables: readonly CatalogDatatable[],
-    roles: readonly CatalogRole[],
-    memberships: readonly {
-      workspace: string;
-      email: string;
-      kind: MembershipKind;
-      name: string;
-    }[],
-    /** Random id of this catalog (migration 3), so fingerprints of two catalogs never meet. */
-    readonly catalogId = '',
-  ) {
-    for (const datatable of datatables) {
-      this.#datatables.set(`${datatable.workspace}\0${datatable.name}`, datatable);
-    }
-    for (const role of roles) {
-      this.#roleByOid.set(role.oid, role);
-      this.#roleByName.set(`${role.workspace}\0${role.name}`, role);
-      const list = this.#rolesByWorkspace.get(role.workspace) ?? [];
-      list.push(role);
-      this.#rolesByWorkspace.set(role.workspace, list);
-    }
-    for (const { workspace, email, kind, name } of memberships) {
-      const key = `${workspace}\0${email}`;
-      let entry = this.#principals.get(key);
-      if (entry === undefined) {
-        entry = { groups: [], folders: [], isAdmin: false };
-        this.#principals.set(key, entry);
-      }
-      if (kind === 'group') entry.groups.push(name);
-      else if (kind === 'folder') entry.folders.push(name);
-      else entry.isAdmin = true;
-    }
-  }
-
-  datatable(workspace: string, name: string): CatalogDatatable | undefined {
-    return this.#datatables.get(`${workspace}\0${name}`);
-  }
-
-  roles(workspace: string): readonly CatalogRole[] {
-    return this.#rolesByWorkspace.get(workspace) ?? [];
-  }
-
-  role(oid: number): CatalogRole | undefined {
-    return this.#roleByOid.get(oid);
-  }
-
-  roleByName(workspace: string, name: string): CatalogRole | undefined {
-    return this.#roleByName.get(`${workspace}\0${name}`);
-  }
-
-  /** Memberships from the built-in directory. */
-  principals(workspace: string, email: string): Principals {
-    return this.#principals.get(`${workspace}\0${email}`) ?? NO_PRINCIPALS;
-  }
-
-  /** Every email the built-in directory or a `user:` tenant mentions in `workspace`. */
-  knownEmails(workspace: string): Set<string> {
-    const emails = new Set<string>();
-    const prefix = `${workspace}\0`;
-    for (const key of this.#principals.keys()) {
-      if (key.startsWith(prefix)) emails.add(key.slice(prefix.length));
-    }
-    for (const role of this.roles(workspace)) {
-      for (const tenant of role.tenants)
-        if (tenant.startsWith('user:')) emails.add(tenant.slice(5));
-    }
-    return emails;
-  }
-
-  workspaces(): Set<string> {
-    const all = new Set<string>();
-    for (const datatable of this.#datatables.values()) all.add(datatable.workspace);
-    return all;
-  }
-}
-
-export interface CatalogSnapshotEvents {
-  /** A new state was loaded. */
-  'catalog:refreshed': { generation: number };
-  /** The LISTEN connection went down or came back. */
-  'catalog:listener': { up: boolean };
-}
 
 export interface CatalogSnapshotOptions {
   /** Pool on the catalog database (reads). */
   pool: pg.Pool;
   /** Connection for the dedicated LISTEN client. */
   listenConnection: pg.ClientConfig;
+  /** Where `catalog:refreshed` and `catalog:listener` are emitted. */
+  events: TypedEmitter<DatatablesEvents>;
   logger?: Logger;
   /** Delay before reconnecting a lost listener; doubles up to 5 s. @default 100 */
   reconnectDelayMs?: number;
@@ -150,7 +30,7 @@ export interface CatalogSnapshotOptions {
  * never stale.
  */
 export class CatalogSnapshot {
-  readonly events = new TypedEmitter<CatalogSnapshotEvents>();
+  readonly #events: TypedEmitter<DatatablesEvents>;
   readonly #pool: pg.Pool;
   readonly #listenConfig: pg.ClientConfig;
   readonly #logger: Logger;
@@ -168,6 +48,7 @@ export class CatalogSnapshot {
 
   constructor(options: CatalogSnapshotOptions) {
     this.#pool = options.pool;
+    this.#events = options.events;
     this.#listenConfig = options.listenConnection;
     this.#logger = options.logger ?? silentLogger;
     this.#baseDelayMs = options.reconnectDelayMs ?? 100;
@@ -184,11 +65,6 @@ export class CatalogSnapshot {
       this.#scheduleReconnect();
     });
     await this.#reload();
-  }
-
-  /** True while the in-memory state may be served without asking Postgres. */
-  get isFresh(): boolean {
-    return this.#fresh;
   }
 
   get listenerUp(): boolean {
@@ -246,10 +122,10 @@ export class CatalogSnapshot {
     await new Promise<void>((resolve) => {
       const onRefresh = (event: { generation: number }) => {
         if (event.generation < generation) return;
-        this.events.off('catalog:refreshed', onRefresh);
+        this.#events.off('catalog:refreshed', onRefresh);
         resolve();
       };
-      this.events.on('catalog:refreshed', onRefresh);
+      this.#events.on('catalog:refreshed', onRefresh);
     });
   }
 
@@ -267,13 +143,13 @@ export class CatalogSnapshot {
   #reload(): Promise<CatalogState> {
     if (this.#loading !== null && this.#loading.epoch === this.#epoch) return this.#loading.promise;
     const epoch = this.#epoch;
-    const promise = this.#load().then(
+    const promise = loadCatalogState(this.#pool).then(
       (state) => {
         if (this.#loading?.promise === promise) this.#loading = null;
         if (this.#state === null || state.generation >= this.#state.generation) this.#state = state;
         // Fresh only if nothing was announced (and the listener did not drop) while loading.
         this.#fresh = this.#listenerUp && epoch === this.#epoch && !this.#closed;
-        this.events.emit('catalog:refreshed', { generation: state.generation });
+        this.#events.emit('catalog:refreshed', { generation: state.generation });
         if (!this.#fresh && this.#listenerUp && !this.#closed) void this.#reload().catch(() => {});
         return this.#state;
       },
@@ -284,57 +160,6 @@ export class CatalogSnapshot {
     );
     this.#loading = { epoch, promise };
     return promise;
-  }
-
-  async #load(): Promise<CatalogState> {
-    const client = await this.#pool.connect();
-    try {
-      // One snapshot for all four reads, so generation and contents agree.
-      await client.query('begin transaction isolation level repeatable read read only');
-      const generation = await client.query<{ value: string; catalog_id: string }>(
-        sql.READ_GENERATION,
-      );
-      const datatables = await client.query<{
-        workspace: string;
-        name: string;
-        database: string;
-        default_role: number | null;
-      }>(sql.READ_DATATABLES);
-      const roles = await client.query<{
-        oid: number;
-        workspace: string;
-        datatable: string;
-        name: string;
-        enabled: boolean;
-        tenants: string[];
-        secret: Buffer;
-        safe: boolean;
-      }>(sql.READ_ROLES);
-      const memberships = await client.query<{
-        workspace: string;
-        email: string;
-        kind: MembershipKind;
-        name: string;
-      }>(sql.READ_MEMBERSHIPS);
-      await client.query('commit');
-      return new CatalogState(
-        Number(generation.rows[0]?.value ?? 0),
-        datatables.rows.map((row) => ({
-          workspace: row.workspace,
-          name: row.name,
-          database: row.database,
-          defaultRole: row.default_role === null ? null : Number(row.default_role),
-        })),
-        roles.rows.map((row) => ({ ...row, oid: Number(row.oid) })),
-        memberships.rows,
-        generation.rows[0]?.catalog_id ?? '',
-      );
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
   }
 
   async #listen(): Promise<void> {
@@ -348,7 +173,7 @@ export class CatalogSnapshot {
       this.#listenerUp = false;
       this.#fresh = false;
       this.#epoch++;
-      this.events.emit('catalog:listener', { up: false });
+      this.#events.emit('catalog:listener', { up: false });
       this.#logger.warn(
         { reason },
         'catalog listener lost; reading Postgres directly until it is back',
@@ -378,7 +203,7 @@ export class CatalogSnapshot {
     // Changes made while we were not listening are unknown: the next read reloads.
     this.#epoch++;
     this.#reconnectDelayMs = this.#baseDelayMs;
-    this.events.emit('catalog:listener', { up: true });
+    this.#events.emit('catalog:listener', { up: true });
   }
 
   #scheduleReconnect(): void {

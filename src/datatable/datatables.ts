@@ -1,31 +1,24 @@
 import pg from 'pg';
 import { parse as parseConnectionString, toClientConfig } from 'pg-connection-string';
+import type { DatatableConnector, DatatableLease } from '../connector/datatable_connector.js';
+import type { DatatableRef } from '../connector/datatable_ref.js';
 import { type Duration, resolveDuration } from '../duration.js';
-import {
-  ConnectFailedError,
-  NoDefaultRoleError,
-  NoRolesError,
-  NoViewerError,
-  RoleNotPermittedError,
-  UnknownDatatableError,
-  UnknownRoleError,
-  ViewerCacheError,
-} from '../errors.js';
+import { ConnectFailedError, ViewerCacheError } from '../errors.js';
 import { TypedEmitter } from '../events.js';
-import type { DatatableConnector, DatatableLease } from '../executor/datatable_connector.js';
 import type { Job } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { CatalogAdmin } from './catalog_admin.js';
-import { type CatalogRole, CatalogSnapshot, type CatalogState } from './catalog_snapshot.js';
-import type { DatatableRef } from './datatable_ref.js';
+import { CatalogSnapshot } from './catalog_snapshot.js';
 import type { DatatablesEvents } from './datatables_events.js';
-import type { Directory, Principals } from './directory.js';
-import { Fingerprinter } from './fingerprint.js';
-import { LoginAuthFailed, LoginPools } from './login_pools.js';
+import type { Directory } from './directory.js';
+import { JobAuthorizations } from './job_authorizations.js';
+import { listSetLogins, type SetLoginInfo, wantedSetLogins } from './login_gc.js';
+import { LoginLeaser } from './login_leaser.js';
+import { LoginPools } from './login_pools.js';
+import { LoginRepair } from './login_repair.js';
 import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
-import { mayUseRole, resolveRoles } from './resolve_roles.js';
-import { type LoginCredentials, RoleSetLogins, type RoleSetStep } from './role_set_login.js';
+import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
 
 export interface RawDatatablesOptions {
   /**
@@ -56,8 +49,12 @@ export interface RawDatatablesOptions {
   };
   /** @default silent */
   logger?: Logger;
-  /** Test hook: called before each step of the set-login protocol; throw to simulate a crash. */
-  beforeLoginStep?: (step: RoleSetStep, login: string) => void | Promise<void>;
+}
+
+/** Hooks for tests; not part of the public options. */
+export interface DatatablesTestHooks {
+  /** Called before each step of the set-login protocol; throw to simulate a crash there. */
+  beforeLoginStep?: RoleSetStepHook;
 }
 
 /**
@@ -65,7 +62,10 @@ export interface RawDatatablesOptions {
  * `fingerprint` to give {@link withResultCache}, and the catalog admin API.
  */
 export interface Datatables extends DatatableConnector {
-  /** The authorization fingerprint of a job, for `withResultCache({ fingerprint })`. */
+  /**
+   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: derived from
+   * what every data-table reference would grant the job (see `authorization.ts`).
+   */
   readonly fingerprint: (job: Job) => string | Promise<string>;
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
@@ -76,7 +76,7 @@ export interface Datatables extends DatatableConnector {
   /** Resolves once this process has loaded `generation` (or newer). */
   waitForGeneration(generation: number): Promise<void>;
   /** Set logins, with the names of the roles they hold. */
-  listLogins(): Promise<{ login: string; roles: string[]; hasRow: boolean; canLogin: boolean }[]>;
+  listLogins(): Promise<SetLoginInfo[]>;
   /**
    * Retires set logins that no viewer known to the catalog resolves to any more (and orphans
    * without a row). With a plugged-in directory only `user:` tenants are known, so a login still
@@ -85,13 +85,22 @@ export interface Datatables extends DatatableConnector {
   gcLogins(): Promise<string[]>;
   /** Checks the catalog database answers (for readiness probes). */
   ping(): Promise<void>;
+  /** Closes every connection; connections still lent are destroyed. Always resolves. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 
 /** Connects, migrates (unless told not to) and loads the catalog. */
-export async function createDatatables(options: RawDatatablesOptions): Promise<Datatables> {
-  const service = new DatatableService(options);
+export function createDatatables(options: RawDatatablesOptions): Promise<Datatables> {
+  return createDatatablesWithHooks(options, {});
+}
+
+/** {@link createDatatables} with test hooks (not exported from the package). */
+export async function createDatatablesWithHooks(
+  options: RawDatatablesOptions,
+  hooks: DatatablesTestHooks,
+): Promise<Datatables> {
+  const service = new DatatableService(options, hooks);
   try {
     await service.start(options.migrate ?? true);
   } catch (err) {
@@ -101,24 +110,26 @@ export async function createDatatables(options: RawDatatablesOptions): Promise<D
   return service;
 }
 
+/** Wiring: the catalog, who may use what, leasing, and the admin API, put together. */
 class DatatableService implements Datatables {
   readonly events = new TypedEmitter<DatatablesEvents>();
   readonly admin: CatalogAdmin;
   readonly fingerprint: (job: Job) => string | Promise<string>;
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
-  readonly #setLogins: RoleSetLogins;
+  readonly #authorizations: JobAuthorizations;
+  readonly #protocol: RoleSetProtocol;
   readonly #pools: LoginPools;
-  readonly #passwords: PasswordDeriver;
+  readonly #leaser: LoginLeaser;
   readonly #directory: Directory | null;
   readonly #logger: Logger;
   #closed = false;
 
-  constructor(options: RawDatatablesOptions) {
+  constructor(options: RawDatatablesOptions, hooks: DatatablesTestHooks) {
     if (options === null || typeof options !== 'object')
       throw new TypeError('options are required');
     const adminConfig = toConfig(options.connection);
-    this.#passwords = new PasswordDeriver(options.secretKey);
+    const passwords = new PasswordDeriver(options.secretKey);
     if (options.directory !== undefined && typeof options.directory?.principals !== 'function') {
       throw new TypeError('directory must have a principals(workspace, email) method');
     }
@@ -132,31 +143,29 @@ class DatatableService implements Datatables {
     if (!Number.isInteger(maxPools) || maxPools < 1)
       throw new TypeError('pools.max must be an integer ≥ 1');
     const { user: _user, password: _password, database: _database, ...loginConfig } = adminConfig;
+    const logger = this.#logger;
+    const events = this.events;
 
     this.#pool = new pg.Pool({ ...adminConfig, max: 4, application_name: 'viewer-cache-admin' });
     this.#pool.on('error', (err) => {
       // After close(), connections ending with the server are expected, not news.
-      if (!this.#closed) this.#logger.warn({ err: err.message }, 'catalog connection lost');
+      if (!this.#closed) logger.warn({ err: err.message }, 'catalog connection lost');
     });
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
       listenConnection: adminConfig,
-      logger: this.#logger,
+      events,
+      logger,
     });
-    this.#snapshot.events.on('catalog:refreshed', (event) =>
-      this.events.emit('catalog:refreshed', event),
-    );
-    this.#snapshot.events.on('catalog:listener', (event) =>
-      this.events.emit('catalog:listener', event),
-    );
-    this.#setLogins = new RoleSetLogins({
+    this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
+    this.fingerprint = (job) => this.#authorizations.fingerprint(job);
+    this.#protocol = new RoleSetProtocol({
       admin: this.#pool,
       adminConfig,
-      loginConfig,
-      passwords: this.#passwords,
-      events: this.events,
-      logger: this.#logger,
-      ...(options.beforeLoginStep ? { beforeStep: options.beforeLoginStep } : {}),
+      passwords,
+      events,
+      logger,
+      ...(hooks.beforeLoginStep ? { beforeStep: hooks.beforeLoginStep } : {}),
     });
     this.#pools = new LoginPools({
       base: loginConfig,
@@ -164,22 +173,28 @@ class DatatableService implements Datatables {
       poolSize,
       idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
       statementTimeoutMs: resolveDuration(pools.statementTimeout ?? 0, 'pools.statementTimeout'),
-      logger: this.#logger,
+      onRelease: (login) => this.#leaser.released(login),
+      logger,
+    });
+    this.#leaser = new LoginLeaser({
+      pools: this.#pools,
+      protocol: this.#protocol,
+      repair: new LoginRepair({ admin: this.#pool, passwords, events, logger }),
+      passwords,
+      logger,
     });
     this.admin = new CatalogAdmin({
       pool: this.#pool,
       adminConfig,
-      passwords: this.#passwords,
-      setLogins: this.#setLogins,
+      passwords,
+      setLogins: this.#protocol,
       onLoginGone: (login) => {
         this.#pools.evict(login);
-        this.#setLogins.forget(login);
+        this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
-      logger: this.#logger,
+      logger,
     });
-    const fingerprints = new Fingerprinter(this.#snapshot, this.#directory);
-    this.fingerprint = (job) => fingerprints.of(job);
   }
 
   async start(migrate: boolean): Promise<void> {
@@ -204,33 +219,10 @@ class DatatableService implements Datatables {
     const timed = this.events.has('datatable:resolved') || this.events.has('datatable:connected');
     const started = timed ? performance.now() : 0;
     try {
-      const state = this.#snapshot.freshState() ?? (await this.#snapshot.current());
-      const datatable = state.datatable(job.workspace, ref.name);
-      if (datatable === undefined) {
-        throw new UnknownDatatableError(
-          `no data table ${JSON.stringify(ref.name)} in this workspace`,
-        );
-      }
-      const resolved = await this.#resolve(state, job, ref, datatable.name, datatable.defaultRole);
-      let credentials = await resolved.credentials(datatable.database);
+      const { datatable, roles } = (await this.#authorizations.of(job)).grant(ref);
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
-      let lease: DatatableLease;
-      try {
-        lease =
-          credentials.lease ??
-          (await this.#pools.lease(datatable.database, credentials.login, credentials.password));
-      } catch (err) {
-        if (!(err instanceof LoginAuthFailed) || !resolved.isSet) throw err;
-        // Retired or taken back by another process since we cached it: read the row again.
-        this.#setLogins.forget(credentials.login);
-        credentials = await resolved.credentials(datatable.database);
-        lease = await this.#pools.lease(
-          datatable.database,
-          credentials.login,
-          credentials.password,
-        );
-      }
+      const lease = await this.#leaser.lease(roles, datatable.database);
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
       return lease;
@@ -238,112 +230,35 @@ class DatatableService implements Datatables {
       const err =
         thrown instanceof ViewerCacheError
           ? thrown
-          : new ConnectFailedError('could not connect to the data table', { cause: thrown });
+          : new ConnectFailedError('could not connect to the data table', {
+              cause: thrown,
+              datatable: ref.name,
+            });
       if (this.events.has('datatable:refused'))
         this.events.emit('datatable:refused', { code: err.code, access });
       throw err;
     }
   }
 
-  /** Which login serves this request; refuses (fail closed) when none may. */
-  async #resolve(
-    state: CatalogState,
-    job: Job,
-    ref: DatatableRef,
-    datatable: string,
-    defaultRole: number | null,
-  ): Promise<{
-    isSet: boolean;
-    /** The login to connect as; on a set login's first use, with the connection that proved it. */
-    credentials(database: string): Promise<LoginCredentials & { lease?: DatatableLease }>;
-  }> {
-    const own = (role: CatalogRole) => ({
-      isSet: false,
-      credentials: async () => ({
-        login: role.name,
-        password: this.#passwords.password(`role:${role.oid}`, role.secret),
-      }),
-    });
-    switch (ref.access.kind) {
-      case 'viewer': {
-        // The viewer is perms.endUserEmail and nothing else; never perms.email.
-        const viewer = job.perms.endUserEmail;
-        if (viewer === null) throw new NoViewerError();
-        const principals = await this.#principals(state, job.workspace, viewer);
-        const roles = resolveRoles(state, job.workspace, viewer, principals, datatable);
-        if (roles.length === 0) throw new NoRolesError();
-        if (roles.length === 1) return own(roles[0]!);
-        const oids = roles.map((role) => role.oid);
-        return {
-          isSet: true,
-          credentials: (database) =>
-            this.#setLogins.ensure(oids, database, (login) =>
-              this.#pools.lease(database, login.login, login.password),
-            ),
-        };
-      }
-      case 'role': {
-        const role = state.roleByName(job.workspace, ref.access.role);
-        if (role === undefined || role.datatable !== datatable) {
-          throw new UnknownRoleError(`no role ${ref.access.role} on this data table`);
-        }
-        const principals = await this.#principals(state, job.workspace, job.perms.email);
-        if (!mayUseRole(role, job.perms.email, principals)) {
-          throw new RoleNotPermittedError(
-            role.enabled ? 'the runner is not a tenant of that role' : 'that role is disabled',
-          );
-        }
-        return own(role);
-      }
-      case 'default': {
-        if (defaultRole === null) throw new NoDefaultRoleError();
-        const role = state.role(defaultRole);
-        if (role === undefined || !role.enabled || !role.safe) {
-          throw new RoleNotPermittedError('the default role of this data table is disabled');
-        }
-        return own(role);
-      }
-    }
-  }
-
-  async #principals(state: CatalogState, workspace: string, email: string): Promise<Principals> {
-    return this.#directory === null
-      ? state.principals(workspace, email)
-      : this.#directory.principals(workspace, email);
-  }
-
-  async listLogins(): Promise<
-    { login: string; roles: string[]; hasRow: boolean; canLogin: boolean }[]
-  > {
-    const state = await this.#snapshot.current();
-    const logins = await this.#setLogins.list();
-    return logins.map(({ roleOids, ...rest }) => ({
-      ...rest,
-      roles: roleOids.map((oid) => state.role(oid)?.name ?? `#${oid}`),
-    }));
+  async listLogins(): Promise<SetLoginInfo[]> {
+    return listSetLogins(await this.#snapshot.current(), this.#protocol);
   }
 
   async gcLogins(): Promise<string[]> {
     const state = await this.#snapshot.current();
-    const wanted = new Set<string>();
-    for (const workspace of state.workspaces()) {
-      for (const email of state.knownEmails(workspace)) {
-        const principals = await this.#principals(state, workspace, email);
-        const byDatatable = new Map<string, number[]>();
-        for (const role of resolveRoles(state, workspace, email, principals)) {
-          byDatatable.set(role.datatable, [...(byDatatable.get(role.datatable) ?? []), role.oid]);
-        }
-        for (const oids of byDatatable.values()) {
-          if (oids.length > 1) wanted.add(RoleSetLogins.loginName(oids));
-        }
-      }
-    }
+    const directory = this.#directory;
+    const wanted = await wantedSetLogins(state, (workspace, email) =>
+      directory === null
+        ? state.principals(workspace, email)
+        : directory.principals(workspace, email),
+    );
     const databases = await this.admin.databases();
     const retired: string[] = [];
-    for (const { login } of await this.#setLogins.list()) {
+    for (const { login } of await this.#protocol.list()) {
       if (wanted.has(login)) continue;
-      await this.#setLogins.retire(login, databases);
+      await this.#protocol.retire(login, databases);
       this.#pools.evict(login);
+      this.#leaser.forget(login);
       retired.push(login);
     }
     return retired;
@@ -355,6 +270,7 @@ class DatatableService implements Datatables {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#leaser.close();
     await this.#snapshot.close();
     await this.#pools.close();
     await this.#pool.end().catch(() => {});

@@ -1,10 +1,7 @@
 import pg from 'pg';
-import type {
-  DatatableClient,
-  DatatableLease,
-  DatatableQueryResult,
-} from '../executor/datatable_connector.js';
+import type { DatatableLease } from '../connector/datatable_connector.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { PooledLease } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {
   /** Host, port, TLS… of the data-table cluster; user, password and database are filled in. */
@@ -17,6 +14,8 @@ export interface LoginPoolsOptions {
   idleTimeoutMs: number;
   /** `statement_timeout` of every login connection; 0 = none. */
   statementTimeoutMs: number;
+  /** Called when a connection of `login` has been given back (for the login checks). */
+  onRelease?: (login: string) => void;
   logger?: Logger;
 }
 
@@ -46,6 +45,12 @@ export class LoginPools {
   readonly #logger: Logger;
   /** Insertion order is recency: used entries are moved to the end. */
   readonly #pools = new Map<string, Entry>();
+  /** Leases not yet given back, so close() can end them instead of waiting forever. */
+  readonly #lent = new Set<PooledLease>();
+  readonly #onReleased = (lease: PooledLease, login: string) => {
+    this.#lent.delete(lease);
+    this.#options.onRelease?.(login);
+  };
   #closed = false;
 
   constructor(options: LoginPoolsOptions) {
@@ -88,7 +93,13 @@ export class LoginPools {
       }
       throw err;
     }
-    return new PooledLease(client, this.#logger);
+    if (this.#closed) {
+      client.release(true);
+      throw new Error('login pools are closed');
+    }
+    const lease = new PooledLease(client, login, this.#logger, this.#onReleased);
+    this.#lent.add(lease);
+    return lease;
   }
 
   /** Closes every pool of `login` (after it was retired or disabled). */
@@ -98,8 +109,20 @@ export class LoginPools {
     }
   }
 
+  /** Whether any pool of `login` is open in this process. */
+  has(database: string, login: string): boolean {
+    return this.#pools.has(`${database}\0${login}`);
+  }
+
+  /** Connections lent and not yet released (for leak checks and close). */
+  get lent(): number {
+    return this.#lent.size;
+  }
+
+  /** Ends every pool; connections still lent are destroyed (their jobs fail), so this resolves. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const lease of [...this.#lent]) lease.abandon();
     const pools = [...this.#pools.values()].map((entry) => entry.pool);
     this.#pools.clear();
     await Promise.allSettled(pools.map((pool) => pool.end()));
@@ -141,50 +164,5 @@ export class LoginPools {
       const { pool } = entry;
       if (pool.totalCount === pool.idleCount) this.#drop(key, entry);
     }
-  }
-}
-
-/** A connection lent to one job. The runnable only ever sees {@link DatatableClient}. */
-class PooledLease implements DatatableLease {
-  #client: pg.PoolClient | null;
-  readonly #logger: Logger;
-  readonly client: DatatableClient;
-
-  constructor(client: pg.PoolClient, logger: Logger) {
-    this.#client = client;
-    this.#logger = logger;
-    // A frozen facade with no data properties: no credentials, no pool, no way to reconnect,
-    // and `JSON.stringify` of it is `{}` should a runnable return it.
-    this.client = Object.freeze({
-      query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
-        this.query(text, values) as Promise<DatatableQueryResult<Row>>,
-    });
-  }
-
-  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
-    const client = this.#client;
-    if (client === null)
-      throw new Error('this data-table connection was released when its job ended');
-    const result = await client.query(values === undefined ? text : { text, values: [...values] });
-    return { rows: result.rows, rowCount: result.rowCount };
-  }
-
-  async release(destroy: boolean): Promise<void> {
-    const client = this.#client;
-    if (client === null) return;
-    this.#client = null;
-    if (destroy) {
-      client.release(true);
-      return;
-    }
-    // Not awaited: the job's result need not wait for the reset; the connection is simply not
-    // back in the pool until it is clean.
-    client.query('discard all').then(
-      () => client.release(),
-      (err: unknown) => {
-        this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
-        client.release(true);
-      },
-    );
   }
 }

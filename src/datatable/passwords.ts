@@ -28,11 +28,17 @@ export class PasswordDeriver {
     return randomBytes(24);
   }
 
-  /**
-   * The password of a login. `label` ties it to the login's identity: `role:<oid>` for a role's
-   * own login (stable across renames), `set:<login>` for a set login.
-   */
-  password(label: string, nonce: Uint8Array): string {
+  /** The password of a role's own login; tied to its OID, so stable across renames. */
+  forRole(oid: number, nonce: Uint8Array): string {
+    return this.#derive(`role:${oid}`, nonce);
+  }
+
+  /** The password of set login `login`, from the nonce in its `role_set` row. */
+  forSet(login: string, nonce: Uint8Array): string {
+    return this.#derive(`set:${login}`, nonce);
+  }
+
+  #derive(label: string, nonce: Uint8Array): string {
     return createHmac('sha256', this.#key)
       .update(label)
       .update('\0')
@@ -46,10 +52,32 @@ export class PasswordDeriver {
  * verifier instead of the password keeps the password out of the server's statement log.
  */
 export async function scramVerifier(password: string): Promise<string> {
-  const salt = randomBytes(16);
-  const salted = await pbkdf2Async(password, salt, SCRAM_ITERATIONS, 32, 'sha256');
+  return verifierWithSalt(password, randomBytes(16), SCRAM_ITERATIONS);
+}
+
+/**
+ * Whether `verifier` (a `pg_authid.rolpassword` value) was made from `password`. Costs one
+ * PBKDF2 at the verifier's own iteration count; callers remember verifiers already checked.
+ */
+export async function verifierMatches(verifier: string, password: string): Promise<boolean> {
+  const match = /^SCRAM-SHA-256\$(\d+):([A-Za-z0-9+/=]+)\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+$/.exec(
+    verifier,
+  );
+  if (match === null) return false;
+  const iterations = Number(match[1]);
+  if (!Number.isSafeInteger(iterations) || iterations < 1 || iterations > 1_000_000) return false;
+  const expected = await verifierWithSalt(password, Buffer.from(match[2]!, 'base64'), iterations);
+  return expected === verifier;
+}
+
+async function verifierWithSalt(
+  password: string,
+  salt: Buffer,
+  iterations: number,
+): Promise<string> {
+  const salted = await pbkdf2Async(password, salt, iterations, 32, 'sha256');
   const clientKey = createHmac('sha256', salted).update('Client Key').digest();
   const storedKey = createHash('sha256').update(clientKey).digest();
   const serverKey = createHmac('sha256', salted).update('Server Key').digest();
-  return `SCRAM-SHA-256$${SCRAM_ITERATIONS}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
+  return `SCRAM-SHA-256$${iterations}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
 }

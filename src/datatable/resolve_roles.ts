@@ -1,4 +1,4 @@
-import type { CatalogRole, CatalogState } from './catalog_snapshot.js';
+import type { CatalogRole, CatalogState } from './catalog_state.js';
 import { type Principals, tenantsNaming } from './directory.js';
 
 /** The owner role of a data table: never resolved for anyone, whatever the tenants say. */

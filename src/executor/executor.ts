@@ -1,13 +1,21 @@
 import { hash, randomUUID } from 'node:crypto';
-import type { DatatableAccess, DatatableRef } from '../datatable/datatable_ref.js';
-import { parseDatatableRef, validateRoleName } from '../datatable/datatable_ref.js';
+import type {
+  DatatableClient,
+  DatatableConnector,
+  DatatableLease,
+} from '../connector/datatable_connector.js';
+import {
+  type DatatableRef,
+  type DatatableRequest,
+  datatableRefOf,
+  parseDatatableRef,
+} from '../connector/datatable_ref.js';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
   coerceError,
   DatatableUnavailableError,
   ExecutorFailedError,
   ExecutorTimeoutError,
-  InvalidDatatableRefError,
   InvalidJobError,
   UnknownRunnableError,
   ViewerCacheError,
@@ -22,10 +30,8 @@ import {
   recordViewer,
 } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
-import type { DatatableClient, DatatableConnector, DatatableLease } from './datatable_connector.js';
 
-/** What `ctx.datatable` accepts besides a name: the viewer, a named role, or the default. */
-export type DatatableRequest = { as: 'viewer' } | { role: string } | Record<string, never>;
+export type { DatatableRequest };
 
 /** What a TypeScript runnable receives beside its args. */
 export interface RunContext {
@@ -309,32 +315,10 @@ async function runDefinition(
       return result.value;
     },
     async datatable(name, request = {}) {
-      return (await connect({ name: checkName(name), access: accessOf(request) })).client;
+      return (await connect(datatableRefOf(name, request))).client;
     },
   };
   return definition.fn(args, ctx);
-}
-
-function checkName(name: string): string {
-  // Reuse the reference grammar so `ctx.datatable` and SQL runnables accept the same names.
-  return parseDatatableRef(`datatable://${name}`).name;
-}
-
-function accessOf(request: DatatableRequest): DatatableAccess {
-  const { as, role, ...rest } = request as { as?: unknown; role?: unknown };
-  if (Object.keys(rest).length > 0)
-    throw new InvalidDatatableRefError('unknown datatable() option (only as or role)');
-  if (as !== undefined && role !== undefined)
-    throw new InvalidDatatableRefError('give either as or role, not both');
-  if (as !== undefined) {
-    if (as !== 'viewer') throw new InvalidDatatableRefError("as only accepts 'viewer'");
-    return { kind: 'viewer' };
-  }
-  if (role !== undefined) {
-    if (typeof role !== 'string') throw new InvalidDatatableRefError('role must be a string');
-    return { kind: 'role', role: validateRoleName(role) };
-  }
-  return { kind: 'default' };
 }
 
 function versionOf(path: string, definition: RunnableDefinition): string {

@@ -1,8 +1,9 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import {
-  createDatatables,
+  createDatatablesWithHooks,
   type Datatables,
+  type DatatablesTestHooks,
   type RawDatatablesOptions,
 } from '../../src/datatable/datatables.js';
 import { PasswordDeriver } from '../../src/datatable/passwords.js';
@@ -35,7 +36,7 @@ export interface OrdersDb {
   /** The first `createDatatables` on the database (migrations already applied). */
   readonly datatables: Datatables;
   /** Another "process" on the same database; closed with the fixture. */
-  open(options?: Partial<RawDatatablesOptions>): Promise<Datatables>;
+  open(options?: Partial<RawDatatablesOptions>, hooks?: DatatablesTestHooks): Promise<Datatables>;
   /** Waits until every open instance has loaded `generation`. */
   settle(generation: number): Promise<void>;
   close(): Promise<void>;
@@ -50,13 +51,14 @@ export async function ordersDb(options: Partial<RawDatatablesOptions> = {}): Pro
   const instances: Datatables[] = [];
   const sql = new pg.Pool({ connectionString: db.url, max: 2 });
   sql.on('error', () => {});
-  const open = async (more: Partial<RawDatatablesOptions> = {}) => {
-    const datatables = await createDatatables({
-      connection: db.url,
-      secretKey: SECRET_KEY,
-      ...options,
-      ...more,
-    });
+  const open = async (
+    more: Partial<RawDatatablesOptions> = {},
+    hooks: DatatablesTestHooks = {},
+  ) => {
+    const datatables = await createDatatablesWithHooks(
+      { connection: db.url, secretKey: SECRET_KEY, ...options, ...more },
+      hooks,
+    );
     instances.push(datatables);
     return datatables;
   };
@@ -192,7 +194,7 @@ export async function setLoginRows(
   return rows.map((row) => ({
     login: row.login,
     roleOids: row.role_oids.map(Number).sort((a, b) => a - b),
-    password: deriver.password(`set:${row.login}`, row.secret),
+    password: deriver.forSet(row.login, row.secret),
   }));
 }
 
@@ -201,7 +203,7 @@ export async function roleLoginPasswords(c: Sql): Promise<Map<string, string>> {
   const { rows } = await c.query<{ oid: number; name: string; secret: Buffer }>(
     'select oid, name, secret from viewer_cache.role',
   );
-  return new Map(rows.map((row) => [row.name, deriver.password(`role:${row.oid}`, row.secret)]));
+  return new Map(rows.map((row) => [row.name, deriver.forRole(row.oid, row.secret)]));
 }
 
 /** `wm_set_` logins on the cluster that hold any of `roles`, with the roles they hold. */

@@ -46,6 +46,10 @@ export async function createTestDatabase(prefix: string): Promise<TestDatabase> 
   await asAdmin('postgres', (c) =>
     c.query(`create database ${name} template ${inject('pgTemplate')}`),
   );
+  // A clone shares the template's catalog id; each test database is its own catalog.
+  await asAdmin(name, (c) =>
+    c.query('update viewer_cache.generation set catalog_id = gen_random_uuid()::text'),
+  );
   return {
     name,
     url: adminUrlFor(name),

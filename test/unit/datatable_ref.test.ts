@@ -9,7 +9,7 @@ import {
   formatDatatableRef,
   parseDatatableRef,
   validateRoleName,
-} from '../../src/datatable/datatable_ref.js';
+} from '../../src/connector/datatable_ref.js';
 
 // SPEC invariants 6 and 9: the reference grammar is strict, and role names reserve `admin`, the
 // `wm_set_` prefix and the viewer marker.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SingleFlight } from '../../src/cache/single_flight.js';
+import { SingleFlight } from '../../src/util/single_flight.js';
 import { deferred } from '../helpers/deferred.js';
 
 describe('SingleFlight', () => {

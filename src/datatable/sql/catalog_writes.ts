@@ -1,11 +1,12 @@
 /** Catalog changes (catalog_admin.ts). Each runs in a transaction that ends with BUMP_GENERATION. */
+import { CATALOG_CHANNEL } from '../migrations.js';
 
 /** Every change bumps the generation and announces it, in the same transaction. */
 export const BUMP_GENERATION = `
   with bumped as (
     update viewer_cache.generation set value = value + 1 returning value
   )
-  select value, pg_notify('viewer_cache_catalog', value::text) from bumped`;
+  select value, pg_notify('${CATALOG_CHANNEL}', value::text) from bumped`;
 
 export const INSERT_DATATABLE = `
   insert into viewer_cache.datatable (workspace, name, database) values ($1, $2, $3)
@@ -55,7 +56,3 @@ export const REMOVE_MEMBERSHIP = `
    where workspace = $1 and email = $2 and kind = $3 and name = $4`;
 
 export const LIST_DATABASES = 'select distinct database from viewer_cache.datatable';
-
-export const TERMINATE_ROLE_BACKENDS = `
-  select pg_terminate_backend(pid) from pg_catalog.pg_stat_activity
-   where usename = $1 and pid <> pg_backend_pid()`;

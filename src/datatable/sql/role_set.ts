@@ -1,8 +1,7 @@
-/** Statements of the set-login protocol (role_set_login.ts); one statement each. */
+/** Statements of the set-login protocol (role_set_protocol.ts). */
 
 /** Per-login session advisory lock: serialises create, take-back and retire across processes. */
-export const LOCK_LOGIN = 'select pg_advisory_lock(hashtextextended($1, 7340))';
-export const UNLOCK_LOGIN = 'select pg_advisory_unlock(hashtextextended($1, 7340))';
+export { LOCK_LOGIN, UNLOCK_LOGIN } from './logins.js';
 
 export const READ_ROW = 'select role_oids, secret from viewer_cache.role_set where login = $1';
 export const INSERT_ROW =
@@ -10,15 +9,23 @@ export const INSERT_ROW =
 export const DELETE_ROW = 'delete from viewer_cache.role_set where login = $1';
 
 export const READ_LOGIN = 'select oid from pg_catalog.pg_roles where rolname = $1';
-export const ROLE_NAMES = 'select oid, rolname from pg_catalog.pg_roles where oid = any($1::oid[])';
+export const READ_CATALOG_ID = 'select catalog_id from viewer_cache.generation';
 
-/** Attributes of every managed login: it can log in and inherit, and nothing else. */
-export const LOGIN_ATTRIBUTES =
-  'login inherit nosuperuser nocreatedb nocreaterole noreplication nobypassrls connection limit -1';
+/**
+ * The roles of a set that may still be held, locked against a concurrent disable or drop until
+ * the caller's transaction ends: `disableRole` updates the same rows, so it waits for a create
+ * that checked them, and a create that comes after a disable sees it (SPEC invariant 8).
+ */
+export const LOCK_ENABLED_ROLES = `
+  select r.oid, a.rolname
+    from viewer_cache.role r
+    join pg_catalog.pg_roles a on a.oid = r.oid
+   where r.oid = any($1::oid[]) and r.enabled and not a.rolsuper and not a.rolbypassrls
+     for share of r`;
 
-export const TERMINATE_BACKENDS = `
-  select pg_terminate_backend(pid) from pg_catalog.pg_stat_activity
-   where usename = $1 and pid <> pg_backend_pid()`;
+/** Marks a login as this catalog's, in the same transaction that creates it (gc finds it). */
+export const MARK = (ident: string, catalogId: string) =>
+  `comment on role ${ident} is 'viewer-cache set login of catalog ${catalogId.replace(/[^0-9a-f-]/g, '')}'`;
 
 /**
  * Memberships of a login. `plain` = no admin option and (PostgreSQL 16+) inherited; read through
@@ -44,9 +51,10 @@ export const LOGINS_HOLDING = `
    where m.roleid = $1::oid and l.rolname like 'wm\\_set\\_%'`;
 
 /**
- * This catalog's set logins: those with a row here, and orphans (no row) that hold one of this
- * catalog's roles. Other catalogs on the same cluster have their own set logins; `logins gc`
- * must never see, let alone retire, those.
+ * This catalog's set logins: those with a row here, and orphans (no row) that this catalog
+ * marked when it created them or that hold one of its roles — whatever else they hold. Other
+ * catalogs on the same cluster have their own set logins; `logins gc` must never see, let alone
+ * retire, those.
  */
 export const LIST_LOGINS = `
   select s.login::text as login, s.role_oids, true as has_row,
@@ -58,7 +66,10 @@ export const LIST_LOGINS = `
     from pg_catalog.pg_roles l
    where l.rolname like 'wm\\_set\\_%'
      and not exists (select 1 from viewer_cache.role_set s where s.login = l.rolname)
-     and exists (select 1 from pg_catalog.pg_auth_members m
-                   join viewer_cache.role r on r.oid = m.roleid
-                  where m.member = l.oid)
+     and (exists (select 1 from pg_catalog.pg_auth_members m
+                    join viewer_cache.role r on r.oid = m.roleid
+                   where m.member = l.oid)
+          or pg_catalog.shobj_description(l.oid, 'pg_authid') =
+             (select 'viewer-cache set login of catalog ' || catalog_id
+                from viewer_cache.generation))
    order by 1`;

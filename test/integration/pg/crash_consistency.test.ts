@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { RoleSetLogins, type RoleSetStep } from '../../../src/datatable/role_set_login.js';
+import { RoleSetProtocol, type RoleSetStep } from '../../../src/datatable/role_set_protocol.js';
 import { createExecutor, type Executor } from '../../../src/index.js';
 import {
   app,
@@ -25,7 +25,6 @@ const CREATE: RoleSetStep[] = [
   'read-row',
   'read-login',
   'create-login',
-  'sync-memberships',
   'verify-login',
   'insert-row',
 ];
@@ -34,8 +33,8 @@ const TAKE_BACK: RoleSetStep[] = [
   'read-row',
   'read-login',
   'alter-login',
-  'terminate-backends',
   'sync-memberships',
+  'terminate-backends',
   'drop-owned',
   'verify-login',
   'insert-row',
@@ -98,16 +97,18 @@ function executorFor(datatables: Datatables): Executor {
 beforeAll(async () => {
   fx = await ordersDb();
   plainRun = executorFor(fx.datatables);
-  crashy = await fx.open({
-    migrate: false,
-    beforeLoginStep: (step, login) => {
-      trace.push({ step, login });
-      if (failAt !== null && failAt.step === step && failAt.login === login) {
-        failAt = null;
-        throw new Error(`injected crash before ${step}`);
-      }
+  crashy = await fx.open(
+    { migrate: false },
+    {
+      beforeLoginStep: (step, login) => {
+        trace.push({ step, login });
+        if (failAt !== null && failAt.step === step && failAt.login === login) {
+          failAt = null;
+          throw new Error(`injected crash before ${step}`);
+        }
+      },
     },
-  });
+  );
   crashyRun = executorFor(crashy);
 });
 
@@ -142,7 +143,7 @@ async function newScene(): Promise<Scene> {
   const rb = await admin.createRole(WS, 'main', b, { tenants: [`group:${group}`] });
   const viewer = `viewer${n}@example.com`;
   await fx.settle((await admin.addMembership(WS, viewer, 'group', group)).generation);
-  current = { viewer, group, a, b, login: RoleSetLogins.loginName([ra.oid, rb.oid]) };
+  current = { viewer, group, a, b, login: RoleSetProtocol.loginName([ra.oid, rb.oid]) };
   return current;
 }
 
@@ -206,10 +207,10 @@ describe('the protocol’s steps', () => {
     expect(stepsOf(scene.login, from)).toEqual(CREATE);
 
     await fx.sql.query('delete from viewer_cache.role_set where login = $1', [scene.login]);
-    const other = await fx.open({
-      migrate: false,
-      beforeLoginStep: (step, login) => void trace.push({ step, login }),
-    });
+    const other = await fx.open(
+      { migrate: false },
+      { beforeLoginStep: (step, login) => void trace.push({ step, login }) },
+    );
     from = trace.length;
     await expectConnects(executorFor(other), scene);
     expect(stepsOf(scene.login, from)).toEqual(TAKE_BACK);

@@ -169,7 +169,7 @@ describe('the next job on the same pooled connection is unaffected', () => {
     const used = lent.length;
     await expect(
       script(CAROL, ['begin', `set local role ${ident(fx.EMEA)}`, 'select 1/0']),
-    ).rejects.toMatchObject({ code: 'E_EXECUTOR_FAILED' });
+    ).rejects.toMatchObject({ code: 'E_INVALID_DATA' }); // SQLSTATE 22012: a data error, 400
     expect(lent[used]).toBe(before!.pid);
     const [next] = await script(CAROL, ['probe']);
     expect(next!.pid).not.toBe(before!.pid);

@@ -1,5 +1,5 @@
-import type { DatatableRef } from '../datatable/datatable_ref.js';
 import type { Job } from '../job.js';
+import type { DatatableRef } from './datatable_ref.js';
 
 /** Rows of one statement. */
 export interface DatatableQueryResult<Row = Record<string, unknown>> {
@@ -29,7 +29,10 @@ export interface DatatableLease {
   release(destroy: boolean): Promise<void>;
 }
 
-/** The seam where data tables plug into the executor. */
+/**
+ * The seam where data tables plug into the executor. It lives below both: the executor knows
+ * only this interface and the reference grammar; the data-table layer implements it.
+ */
 export interface DatatableConnector {
   /**
    * Opens (or borrows from a pool) a connection for `job` as `ref` asks. Refuses, with an error

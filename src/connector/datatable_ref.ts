@@ -10,6 +10,9 @@ export const DATATABLE_VIEWER_ROLE = '@viewer';
 /** Prefix of the logins that hold a set of roles (`wm_set_<hash>`); reserved. */
 export const ROLE_SET_LOGIN_PREFIX = 'wm_set_';
 
+/** What `ctx.datatable(name, request)` accepts: the viewer, a named role, or the default. */
+export type DatatableRequest = { as: 'viewer' } | { role: string } | Record<string, never>;
+
 /** How a reference asks to connect. */
 export type DatatableAccess =
   /** The data table's default role. */
@@ -72,14 +75,42 @@ export function parseDatatableRef(ref: string): DatatableRef {
     if (params.has(key)) throw bad(`parameter ${key} is repeated`);
     params.set(key, decodeParam(pair.slice(eq + 1)));
   }
-  const as = params.get('as');
-  const role = params.get('role');
+  return { name, access: accessOf(params.get('as'), params.get('role')) };
+}
+
+/**
+ * The reference `ctx.datatable(name, request)` stands for: the same name grammar and the same
+ * as/role rules as {@link parseDatatableRef}, so a TS runnable and a SQL runnable can ask for
+ * exactly the same things and nothing more.
+ *
+ * @throws {InvalidDatatableRefError}
+ * @throws {InvalidRoleNameError}
+ */
+export function datatableRefOf(name: string, request: DatatableRequest = {}): DatatableRef {
+  if (typeof name !== 'string' || !NAME_RE.test(name)) {
+    throw bad(
+      'the data-table name must be 1–63 lowercase letters, digits or _ (starting with a letter)',
+    );
+  }
+  if (request === null || typeof request !== 'object') {
+    throw bad('the datatable() request must be an object: { as: "viewer" }, { role } or {}');
+  }
+  const { as, role, ...rest } = request as { as?: unknown; role?: unknown };
+  if (Object.keys(rest).length > 0) throw bad('unknown datatable() option (only as or role)');
+  if (role !== undefined && typeof role !== 'string') throw bad('role must be a string');
+  if (as !== undefined && typeof as !== 'string') throw bad("as only accepts 'viewer'");
+  return { name, access: accessOf(as, role) };
+}
+
+/** The as/role rules, once: at most one of the two; `as` is only `viewer`; `role` a valid name. */
+function accessOf(as: string | undefined, role: string | undefined): DatatableAccess {
   if (as !== undefined && role !== undefined) throw bad('give either as=viewer or role=, not both');
   if (as !== undefined) {
     if (as !== 'viewer') throw bad('as= only accepts viewer');
-    return { name, access: { kind: 'viewer' } };
+    return { kind: 'viewer' };
   }
-  return { name, access: { kind: 'role', role: validateRoleName(role!) } };
+  if (role !== undefined) return { kind: 'role', role: validateRoleName(role) };
+  return { kind: 'default' };
 }
 
 /** The canonical text of a reference; `parseDatatableRef(formatDatatableRef(r))` equals `r`. */
@@ -145,10 +176,10 @@ function decodeParam(raw: string): string {
   return decoded;
 }
 
-function bad(message: string): InstanceType<typeof InvalidDatatableRefError> {
+function bad(message: string): InvalidDatatableRefError {
   return new InvalidDatatableRefError(message);
 }
 
-function badRole(message: string): InstanceType<typeof InvalidRoleNameError> {
+function badRole(message: string): InvalidRoleNameError {
   return new InvalidRoleNameError(message);
 }

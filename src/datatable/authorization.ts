@@ -1,0 +1,151 @@
+import { hash } from 'node:crypto';
+import type { DatatableRef } from '../connector/datatable_ref.js';
+import {
+  NoDefaultRoleError,
+  NoRolesError,
+  NoViewerError,
+  RoleNotPermittedError,
+  UnknownDatatableError,
+  UnknownRoleError,
+  ViewerCacheError,
+} from '../errors.js';
+import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
+import type { Principals } from './directory.js';
+import { mayUseRole, resolveRoles } from './resolve_roles.js';
+
+/** The people a job's data-table access is decided for, with their group/folder memberships. */
+export interface JobParties {
+  readonly workspace: string;
+  /** `perms.email`: who the job runs as; decides `?role=` by name. */
+  readonly runner: { readonly email: string; readonly principals: Principals };
+  /** `perms.endUserEmail`: decides `?as=viewer`; `null` when the run has no viewer. */
+  readonly viewer: { readonly email: string; readonly principals: Principals } | null;
+}
+
+/** What one reference grants: where to connect, and the roles the connection holds. */
+export interface Grant {
+  readonly datatable: CatalogDatatable;
+  /** At least one, sorted by catalog id: one role → its own login, several → their set login. */
+  readonly roles: readonly CatalogRole[];
+}
+
+/**
+ * What a job may use: the one place the authorization rules live (SPEC invariants 2, 5, 6).
+ *
+ * The connection comes from {@link grant}, and the cache fingerprint is *derived from the same
+ * function*: it is the outcome of `grant` for every reference the job could make in its
+ * workspace (each data table × viewer / default / each of its roles by name). So a change that
+ * alters what any reference grants changes the fingerprint, a change that alters none leaves it
+ * alone, and a new access kind cannot reach the connection without reaching the key.
+ */
+export class JobAuthorization {
+  readonly #state: CatalogState;
+  readonly #parties: JobParties;
+  #fingerprint: string | undefined;
+
+  constructor(state: CatalogState, parties: JobParties) {
+    this.#state = state;
+    this.#parties = parties;
+  }
+
+  /**
+   * The roles `ref` grants this job, or the coded refusal (fail closed; never a wider login).
+   * @throws {ViewerCacheError} E_UNKNOWN_DATATABLE, E_NO_VIEWER, E_NO_ROLES, E_UNKNOWN_ROLE,
+   *   E_ROLE_NOT_PERMITTED or E_NO_DEFAULT_ROLE.
+   */
+  grant(ref: DatatableRef): Grant {
+    const { workspace, runner, viewer } = this.#parties;
+    const state = this.#state;
+    const datatable = state.datatable(workspace, ref.name);
+    if (datatable === undefined) {
+      throw new UnknownDatatableError(
+        `no data table ${JSON.stringify(ref.name)} in this workspace`,
+        { datatable: ref.name },
+      );
+    }
+    const context = { datatable: datatable.name };
+    switch (ref.access.kind) {
+      case 'viewer': {
+        // The viewer is perms.endUserEmail and nothing else; never perms.email (invariant 2).
+        if (viewer === null) throw new NoViewerError(undefined, context);
+        const roles = resolveRoles(
+          state,
+          workspace,
+          viewer.email,
+          viewer.principals,
+          datatable.name,
+        );
+        if (roles.length === 0) throw new NoRolesError(undefined, context);
+        return { datatable, roles };
+      }
+      case 'role': {
+        const name = ref.access.role;
+        const role = state.roleByName(workspace, name);
+        if (role === undefined || role.datatable !== datatable.name) {
+          throw new UnknownRoleError(`no role ${name} on this data table`, {
+            ...context,
+            role: name,
+          });
+        }
+        if (!mayUseRole(role, runner.email, runner.principals)) {
+          throw new RoleNotPermittedError(
+            role.enabled ? 'the runner is not a tenant of that role' : 'that role is disabled',
+            { ...context, role: name },
+          );
+        }
+        return { datatable, roles: [role] };
+      }
+      case 'default': {
+        if (datatable.defaultRole === null) throw new NoDefaultRoleError(undefined, context);
+        const role = state.role(datatable.defaultRole);
+        if (role === undefined || !role.enabled || !role.safe) {
+          throw new RoleNotPermittedError('the default role of this data table is disabled', {
+            ...context,
+            ...(role === undefined ? {} : { role: role.name }),
+          });
+        }
+        return { datatable, roles: [role] };
+      }
+    }
+  }
+
+  /**
+   * The authorization fingerprint: the catalog's id and generation, then the outcome of
+   * {@link grant} for every reference of the workspace, hashed. Computed once per instance.
+   */
+  get fingerprint(): string {
+    this.#fingerprint ??= this.#computeFingerprint();
+    return this.#fingerprint;
+  }
+
+  #computeFingerprint(): string {
+    const { workspace } = this.#parties;
+    const state = this.#state;
+    const parts: string[] = [];
+    for (const datatable of state.datatables(workspace)) {
+      const { name } = datatable;
+      parts.push(
+        `${JSON.stringify(name)}:v=${this.#outcome({ name, access: { kind: 'viewer' } })}` +
+          `;d=${this.#outcome({ name, access: { kind: 'default' } })}`,
+      );
+      for (const role of state.roles(workspace)) {
+        if (role.datatable !== name) continue;
+        const ref: DatatableRef = { name, access: { kind: 'role', role: role.name } };
+        parts.push(`${JSON.stringify(role.name)}=${this.#outcome(ref)}`);
+      }
+    }
+    const digest = hash('sha256', parts.join('\n'), 'base64url');
+    return `c${state.catalogId};g${state.generation};${digest}`;
+  }
+
+  /** A grant as text: the database and role ids, or the refusal's code. */
+  #outcome(ref: DatatableRef): string {
+    try {
+      const { datatable, roles } = this.grant(ref);
+      return `${JSON.stringify(datatable.database)}[${roles.map((role) => role.oid).join(',')}]`;
+    } catch (err) {
+      if (err instanceof ViewerCacheError) return `!${err.code}`;
+      throw err;
+    }
+  }
+}

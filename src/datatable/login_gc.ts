@@ -1,0 +1,49 @@
+import type { CatalogState } from './catalog_state.js';
+import type { Principals } from './directory.js';
+import { resolveRoles } from './resolve_roles.js';
+import { RoleSetProtocol } from './role_set_protocol.js';
+
+/** A set login as `logins list` shows it. */
+export interface SetLoginInfo {
+  login: string;
+  roles: string[];
+  hasRow: boolean;
+  canLogin: boolean;
+}
+
+/** Set logins with their roles' current names (`#oid` for a role the catalog lost). */
+export async function listSetLogins(
+  state: CatalogState,
+  protocol: RoleSetProtocol,
+): Promise<SetLoginInfo[]> {
+  const logins = await protocol.list();
+  return logins.map(({ roleOids, ...rest }) => ({
+    ...rest,
+    roles: roleOids.map((oid) => state.role(oid)?.name ?? `#${oid}`),
+  }));
+}
+
+/**
+ * The set logins some viewer known to the catalog resolves to now. With a plugged-in directory
+ * only `user:` tenants and built-in memberships are known, so a login still in use may be left
+ * out (it is recreated on its next use).
+ */
+export async function wantedSetLogins(
+  state: CatalogState,
+  principalsOf: (workspace: string, email: string) => Principals | Promise<Principals>,
+): Promise<Set<string>> {
+  const wanted = new Set<string>();
+  for (const workspace of state.workspaces()) {
+    for (const email of state.knownEmails(workspace)) {
+      const principals = await principalsOf(workspace, email);
+      const byDatatable = new Map<string, number[]>();
+      for (const role of resolveRoles(state, workspace, email, principals)) {
+        byDatatable.set(role.datatable, [...(byDatatable.get(role.datatable) ?? []), role.oid]);
+      }
+      for (const oids of byDatatable.values()) {
+        if (oids.length > 1) wanted.add(RoleSetProtocol.loginName(oids));
+      }
+    }
+  }
+  return wanted;
+}

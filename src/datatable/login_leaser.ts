@@ -1,0 +1,223 @@
+import type { DatatableLease } from '../connector/datatable_connector.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { SingleFlight } from '../util/single_flight.js';
+import type { CatalogRole } from './catalog_state.js';
+import { LoginAuthFailed, type LoginPools } from './login_pools.js';
+import type { ExpectedLogin, LoginRepair } from './login_repair.js';
+import type { PasswordDeriver } from './passwords.js';
+import { RoleSetProtocol } from './role_set_protocol.js';
+
+export interface LoginLeaserOptions {
+  pools: LoginPools;
+  protocol: RoleSetProtocol;
+  repair: LoginRepair;
+  passwords: PasswordDeriver;
+  logger?: Logger;
+}
+
+/** How to check and repair one login after its connections were used. */
+interface Watched {
+  readonly expected: ExpectedLogin;
+  readonly database: string;
+  repair(): Promise<void>;
+}
+
+/**
+ * "Give me a connection holding exactly these roles on this database." Every access kind —
+ * viewer, named role, default role — ends here, in {@link lease}; the flow only goes down:
+ *
+ * 1. one role → its own login, with the password derived from the catalog;
+ *    several → their set login, with the password this process learnt from its row;
+ * 2. no known password → the set-login protocol creates the login or takes it back, and its
+ *    proof of authentication *is* the first connection (one handshake on first use);
+ * 3. the password is refused (rotated by another process, or changed behind the library's
+ *    back) → the login is re-read or taken back, and leased once more — never a third time;
+ * 4. when a connection comes back, the login is checked off the request path (password,
+ *    settings, attributes, memberships) and taken back if a runnable changed it.
+ */
+export class LoginLeaser {
+  readonly #pools: LoginPools;
+  readonly #protocol: RoleSetProtocol;
+  readonly #repair: LoginRepair;
+  readonly #passwords: PasswordDeriver;
+  readonly #logger: Logger;
+  /** Passwords of set-login rows this process has read or written. */
+  readonly #known = new Map<string, string>();
+  readonly #flights = new SingleFlight<string>();
+  /** Logins lent at least once, by name: what to check when their connections come back. */
+  readonly #watched = new Map<string, Watched>();
+  /** Logins whose check is running, and whether another release asked for one meanwhile. */
+  readonly #checking = new Map<string, { again: boolean }>();
+  #closed = false;
+
+  constructor(options: LoginLeaserOptions) {
+    this.#pools = options.pools;
+    this.#protocol = options.protocol;
+    this.#repair = options.repair;
+    this.#passwords = options.passwords;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  /**
+   * A connection as the login holding exactly `roles` (≥ 1, sorted by catalog id).
+   * @throws {LoginAuthFailed} when the login still refuses after one repair.
+   * @throws {RoleResolutionFailedError} when a set login cannot be prepared.
+   */
+  lease(roles: readonly CatalogRole[], database: string): Promise<DatatableLease> {
+    if (roles.length === 1) return this.#leaseOwn(roles[0]!, database);
+    return this.#leaseSet(
+      roles.map((role) => role.oid),
+      database,
+    );
+  }
+
+  /** Forgets a login (retired or disabled): its password and its checks. */
+  forget(login: string): void {
+    this.#known.delete(login);
+    this.#watched.delete(login);
+    this.#repair.forget(login);
+  }
+
+  /** Stops scheduling checks; those running finish on their own. */
+  close(): void {
+    this.#closed = true;
+  }
+
+  /** Called by the pools when a connection of `login` is given back. */
+  released(login: string): void {
+    if (this.#closed) return;
+    const running = this.#checking.get(login);
+    if (running !== undefined) {
+      running.again = true;
+      return;
+    }
+    const watched = this.#watched.get(login);
+    if (watched === undefined) return;
+    const state = { again: false };
+    this.#checking.set(login, state);
+    void this.#check(login, watched, state);
+  }
+
+  async #check(login: string, watched: Watched, state: { again: boolean }): Promise<void> {
+    try {
+      do {
+        state.again = false;
+        if (!(await this.#repair.inspect(watched.expected))) {
+          this.#logger.warn(
+            { login },
+            'a managed login was changed behind the library; taking it back',
+          );
+          this.#pools.evict(login);
+          await watched.repair();
+        }
+      } while (state.again && !this.#closed);
+    } catch (err) {
+      // The next lease goes through the same checks (auth failure, pool open); nothing is lost.
+      this.#logger.warn({ login, err: (err as Error).message }, 'login check failed');
+    } finally {
+      this.#checking.delete(login);
+    }
+  }
+
+  async #leaseOwn(role: CatalogRole, database: string): Promise<DatatableLease> {
+    const password = this.#passwords.forRole(role.oid, role.secret);
+    this.#watched.set(role.name, {
+      expected: { login: role.name, password },
+      database,
+      repair: () => this.#repair.takeBackRole(role),
+    });
+    const fresh = !this.#pools.has(database, role.name);
+    try {
+      if (fresh && !(await this.#repair.inspect({ login: role.name, password }))) {
+        await this.#repair.takeBackRole(role);
+      }
+      return await this.#pools.lease(database, role.name, password);
+    } catch (err) {
+      if (!(err instanceof LoginAuthFailed)) throw err;
+      // Its password or attributes were changed behind our back: take it back, try once more.
+      await this.#repair.takeBackRole(role);
+      return this.#pools.lease(database, role.name, password);
+    }
+  }
+
+  async #leaseSet(oids: readonly number[], database: string): Promise<DatatableLease> {
+    const login = RoleSetProtocol.loginName(oids);
+    const known = this.#known.get(login);
+    if (known === undefined) return this.#prepareAndLease(login, oids, database, undefined);
+    const fresh = !this.#pools.has(database, login);
+    if (fresh && !(await this.#repair.inspect({ login, password: known, memberships: oids }))) {
+      this.#known.delete(login);
+      return this.#prepareAndLease(login, oids, database, known);
+    }
+    try {
+      return await this.#pools.lease(database, login, known);
+    } catch (err) {
+      if (!(err instanceof LoginAuthFailed)) throw err;
+      this.#known.delete(login);
+      return this.#prepareAndLease(login, oids, database, known);
+    }
+  }
+
+  /**
+   * Prepares the set login (concurrent callers in this process share one attempt) and leases a
+   * connection: the leader keeps the connection that proved the login; joiners open their own.
+   * `refused` is a password that just failed; after a second refusal the error propagates.
+   */
+  async #prepareAndLease(
+    login: string,
+    oids: readonly number[],
+    database: string,
+    refused: string | undefined,
+  ): Promise<DatatableLease> {
+    let proof: DatatableLease | undefined;
+    const flight =
+      this.#flights.get(login) ??
+      this.#flights.run(login, () =>
+        this.#protocol.prepare(login, oids, database, {
+          ...(refused === undefined ? {} : { refused }),
+          prove: async (password) => {
+            proof = await this.#pools.lease(database, login, password);
+          },
+        }),
+      );
+    let password: string;
+    try {
+      password = await flight;
+    } catch (err) {
+      await proof?.release(true);
+      throw err;
+    }
+    this.#known.set(login, password);
+    this.#watched.set(login, {
+      expected: { login, password, memberships: oids },
+      database,
+      repair: async () => {
+        this.#known.delete(login);
+        await this.#protocol.prepare(login, oids, database, {
+          refused: password,
+          prove: async (fresh) => {
+            await (await this.#pools.lease(database, login, fresh)).release(false);
+          },
+        });
+      },
+    });
+    if (proof !== undefined) return proof;
+    const expected = { login, password, memberships: oids };
+    if (
+      refused === undefined &&
+      !this.#pools.has(database, login) &&
+      !(await this.#repair.inspect(expected))
+    ) {
+      // The row is fine but the login is not what it says (NOLOGIN, a membership revoked…).
+      this.#known.delete(login);
+      return this.#prepareAndLease(login, oids, database, password);
+    }
+    try {
+      return await this.#pools.lease(database, login, password);
+    } catch (err) {
+      if (!(err instanceof LoginAuthFailed) || refused !== undefined) throw err;
+      this.#known.delete(login);
+      return this.#prepareAndLease(login, oids, database, password);
+    }
+  }
+}

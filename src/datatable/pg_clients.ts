@@ -1,0 +1,69 @@
+import pg from 'pg';
+
+/**
+ * Every pg client the library owns goes through here, so none is ever without an `'error'`
+ * listener: pg-pool listens only while a client is idle, and a backend terminated while a client
+ * is checked out (a retired login, `pg_terminate_backend`, a restart, a network drop) emits
+ * `'error'` on it — with no listener, that is an uncaught exception that ends the process.
+ */
+
+/** SQLSTATEs and socket errors that mean the connection itself is gone, not the statement. */
+const LOST_STATES = new Set(['57P01', '57P02', '57P03', '08000', '08003', '08006', '08001']);
+const LOST_ERRNOS = new Set(['ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH']);
+
+/** Whether `err` says the connection died (as opposed to the statement failing on it). */
+export function isConnectionLost(err: unknown): boolean {
+  if (err === null || typeof err !== 'object') return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && (LOST_STATES.has(code) || LOST_ERRNOS.has(code))) return true;
+  const message = (err as { message?: unknown }).message;
+  return (
+    typeof message === 'string' &&
+    /Connection terminated|connection is not open|Client has encountered a connection error|not queryable/i.test(
+      message,
+    )
+  );
+}
+
+/**
+ * Runs `fn` with a client of `pool`. A client whose connection failed while checked out is
+ * destroyed rather than returned, and its `'error'` event is absorbed (the query that was
+ * running rejects on its own).
+ */
+export async function withPooledClient<T>(
+  pool: pg.Pool,
+  fn: (client: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  const onError = (err: Error) => {
+    broken = err;
+  };
+  client.on('error', onError);
+  try {
+    return await fn(client);
+  } catch (err) {
+    if (isConnectionLost(err)) broken ??= err as Error;
+    throw err;
+  } finally {
+    client.off('error', onError);
+    client.release(broken ?? false);
+  }
+}
+
+/** Runs `fn` with a one-off client on `config`, ended (never left open) however `fn` ends. */
+export async function withClient<T>(
+  config: pg.ClientConfig,
+  fn: (client: pg.Client) => Promise<T>,
+): Promise<T> {
+  const client = new pg.Client(config);
+  client.on('error', () => {
+    // The pending query (or connect) rejects with the same failure; nothing else to do.
+  });
+  try {
+    await client.connect();
+    return await fn(client);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}

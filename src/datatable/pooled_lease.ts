@@ -1,0 +1,118 @@
+import type pg from 'pg';
+import type {
+  DatatableClient,
+  DatatableLease,
+  DatatableQueryResult,
+} from '../connector/datatable_connector.js';
+import { ConnectionLostError, InvalidDataError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { isConnectionLost } from './pg_clients.js';
+
+/**
+ * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
+ *
+ * The lease listens for `'error'` on its client from checkout until the client is back in the
+ * pool or destroyed: a backend terminated mid-job (a retired login, an operator, a restart)
+ * fails that job with `E_CONNECTION_LOST` instead of crashing the process, and the broken
+ * client is destroyed, never pooled.
+ */
+export class PooledLease implements DatatableLease {
+  #client: pg.PoolClient | null;
+  #broken: Error | null = null;
+  readonly #logger: Logger;
+  readonly #onError = (err: Error) => {
+    this.#broken ??= err;
+  };
+  readonly #login: string;
+  readonly #onReleased: (lease: PooledLease, login: string) => void;
+  readonly client: DatatableClient;
+
+  constructor(
+    client: pg.PoolClient,
+    login: string,
+    logger: Logger,
+    onReleased: (lease: PooledLease, login: string) => void,
+  ) {
+    this.#client = client;
+    this.#login = login;
+    this.#logger = logger;
+    this.#onReleased = onReleased;
+    client.on('error', this.#onError);
+    // A frozen facade with no data properties: no credentials, no pool, no way to reconnect,
+    // and `JSON.stringify` of it is `{}` should a runnable return it.
+    this.client = Object.freeze({
+      query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
+        this.query(text, values) as Promise<DatatableQueryResult<Row>>,
+    });
+  }
+
+  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+    const client = this.#client;
+    if (client === null)
+      throw new Error('this data-table connection was released when its job ended');
+    if (this.#broken !== null) throw new ConnectionLostError(undefined, { cause: this.#broken });
+    try {
+      const result = await client.query(
+        values === undefined ? text : { text, values: [...values] },
+      );
+      return { rows: result.rows, rowCount: result.rowCount };
+    } catch (err) {
+      if (isConnectionLost(err)) {
+        this.#broken ??= err as Error;
+        throw new ConnectionLostError(undefined, { cause: err });
+      }
+      // Class 22 (data exception: a NUL byte, bad encoding, out-of-range value…) is the
+      // request's fault, not the server's: a coded 4xx instead of a runnable failure.
+      const code = (err as { code?: unknown }).code;
+      if (typeof code === 'string' && code.startsWith('22')) {
+        throw new InvalidDataError(`the database refused a value: ${(err as Error).message}`, {
+          cause: err,
+        });
+      }
+      throw err;
+    }
+  }
+
+  /**
+   * Returns the connection: reset (`DISCARD ALL`) and pooled, or destroyed when `destroy` is
+   * true (a job that timed out mid-query), the connection broke, or the reset fails.
+   */
+  async release(destroy: boolean): Promise<void> {
+    const client = this.#client;
+    if (client === null) return;
+    this.#client = null;
+    if (destroy || this.#broken !== null) {
+      this.#finish(client, this.#broken ?? true);
+      return;
+    }
+    // Not awaited: the job's result need not wait for the reset; the connection is simply not
+    // back in the pool until it is clean. The error listener stays on until then.
+    client.query('discard all').then(
+      () => this.#finish(client, this.#broken ?? false),
+      (err: unknown) => {
+        this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
+        this.#finish(client, true);
+      },
+    );
+  }
+
+  /** Destroys the connection now (the pools are closing); a query in flight fails. */
+  abandon(): void {
+    const client = this.#client;
+    if (client === null) return;
+    this.#client = null;
+    this.#broken ??= new Error('data-table pools closed');
+    this.#finish(client, true);
+  }
+
+  #finish(client: pg.PoolClient, destroy: Error | boolean): void {
+    client.off('error', this.#onError);
+    // A late 'error' after release must not be unhandled either: pg-pool listens on idle clients,
+    // and a destroyed client is ended; keep a no-op listener for the gap in between.
+    client.on('error', noop);
+    client.release(destroy);
+    this.#onReleased(this, this.#login);
+  }
+}
+
+function noop(): void {}
