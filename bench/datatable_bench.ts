@@ -1,5 +1,5 @@
 /**
- * Data-table scenarios (issue 3): what connecting as the viewer adds to a runnable's own query,
+ * Data-table scenarios: what connecting as the viewer adds to a runnable's own query,
  * what the first use of a new set login costs, and what the authorization fingerprint adds to
  * a hit. Each against a baseline measured in the same run.
  */

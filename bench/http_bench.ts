@@ -1,5 +1,5 @@
 /**
- * HTTP-level scenarios (issue 4): the reference server, in process, on the run's Postgres and
+ * HTTP-level scenarios: the reference server, in process, on the run's Postgres and
  * Redis. A cached request beside an uncached one (a preview of the same runnable: it runs the
  * query as the viewer every time) and beside `GET /healthz`, the cost of HTTP alone.
  */

@@ -1,3 +1,5 @@
+// Over ~300 lines on purpose: one method per admin command, all sharing one transaction
+// helper (#change: generation bump + NOTIFY) and one role lookup; split, each half would repeat them.
 import pg from 'pg';
 import { datatableRefOf, validateRoleName } from '../connector/datatable_ref.js';
 import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../errors.js';

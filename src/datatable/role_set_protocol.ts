@@ -1,3 +1,5 @@
+// One file over ~300 lines on purpose: the protocol's correctness argument is the order of its
+// steps (lock, row, login, proof, row again), and it reads best top to bottom in one place.
 import { hash } from 'node:crypto';
 import pg from 'pg';
 import { ROLE_SET_LOGIN_PREFIX } from '../connector/datatable_ref.js';

@@ -1,0 +1,85 @@
+import { hash } from 'node:crypto';
+import type { DatatableClient } from '../connector/datatable_connector.js';
+import { type DatatableRequest, parseDatatableRef } from '../connector/datatable_ref.js';
+
+/** What a TypeScript runnable receives beside its args. */
+export interface RunContext {
+  readonly jobId: string;
+  readonly workspace: string;
+  /** The recorded viewer (`perms.endUserEmail`), `null` when the run has none. */
+  readonly viewer: string | null;
+  /** Aborted when the job times out; pass it to anything long-running. */
+  readonly signal: AbortSignal;
+  /**
+   * A token that starts child jobs through a server's API as this job (a job-token origin), when
+   * the executor was given {@link RawExecutorOptions.jobTokens}; valid only while the job runs.
+   */
+  readonly jobToken: string | null;
+  /**
+   * Runs another registered runnable as a child job: it runs as this job's runner, for this
+   * job's viewer (a job-token origin), and goes through the same cache.
+   * @returns the child's result value.
+   */
+  runChild(
+    path: string,
+    args?: Record<string, unknown>,
+    options?: { cacheTtlS?: number },
+  ): Promise<unknown>;
+  /**
+   * A connection to data table `name`, lent for the rest of this job: `{ as: 'viewer' }` holds
+   * exactly the viewer's roles, `{ role }` one named role, `{}` the data table's default role.
+   */
+  datatable(name: string, request?: DatatableRequest): Promise<DatatableClient>;
+}
+
+/** A runnable written in TypeScript. */
+export interface TsRunnable {
+  readonly kind?: 'ts';
+  readonly fn: (args: Record<string, unknown>, ctx: RunContext) => unknown;
+  /** Content version; defaults to a hash of the function's source. */
+  readonly hash?: string;
+  /** Default cache TTL of jobs created for it with {@link Executor.createJob}. */
+  readonly cacheTtlS?: number;
+}
+
+/** A SQL script whose `database` argument is a data-table reference. Its result is the rows. */
+export interface SqlRunnable {
+  readonly kind: 'sql';
+  /** e.g. `datatable://main?as=viewer`. */
+  readonly database: string;
+  /** One statement, with `$1…$n` placeholders. */
+  readonly sql: string;
+  /** The arg names bound to `$1…$n`, in order. @default [] */
+  readonly params?: readonly string[];
+  /** Content version; defaults to a hash of database, sql and params. */
+  readonly hash?: string;
+  readonly cacheTtlS?: number;
+}
+
+export type RunnableDefinition = TsRunnable | SqlRunnable;
+
+export function versionOf(path: string, definition: RunnableDefinition): string {
+  if (definition === null || typeof definition !== 'object') {
+    throw new TypeError(`runnable ${path} must be an object`);
+  }
+  if (definition.hash !== undefined) {
+    if (typeof definition.hash !== 'string' || definition.hash.length === 0) {
+      throw new TypeError(`runnable ${path}: hash must be a non-empty string`);
+    }
+    return definition.hash;
+  }
+  if (definition.kind === 'sql') {
+    if (typeof definition.sql !== 'string' || typeof definition.database !== 'string') {
+      throw new TypeError(`runnable ${path}: a SQL runnable needs sql and database strings`);
+    }
+    parseDatatableRef(definition.database); // refuse a bad reference at registration, not at run
+    return hash(
+      'sha256',
+      JSON.stringify([definition.database, definition.sql, definition.params ?? []]),
+      'hex',
+    ).slice(0, 16);
+  }
+  if (typeof definition.fn !== 'function')
+    throw new TypeError(`runnable ${path} needs fn or kind: 'sql'`);
+  return hash('sha256', definition.fn.toString(), 'hex').slice(0, 16);
+}

@@ -1,0 +1,240 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { DatatableRef } from '../../src/connector/datatable_ref.js';
+import { JobAuthorization, type JobParties } from '../../src/datatable/authorization.js';
+import {
+  type CatalogDatatable,
+  type CatalogRole,
+  CatalogState,
+} from '../../src/datatable/catalog_state.js';
+import type { MembershipKind } from '../../src/datatable/directory.js';
+import { ViewerCacheError } from '../../src/errors.js';
+
+// The connection (grant) and the cache fingerprint come from one object. The property: over
+// random catalogs and random single changes to them, two states give the same fingerprint
+// exactly when every reference the job could make is granted the same way. If a rule reached
+// the connection without reaching the fingerprint (or the fingerprint read something no grant
+// depends on), some pair of states would tell them apart.
+
+const WS = 'ws';
+const RUNNER = 'runner@x';
+const VIEWER = 'viewer@x';
+const TENANTS = ['*', `user:${VIEWER}`, `user:${RUNNER}`, 'group:g1', 'group:g2', 'folder:f'];
+const NAMES = ['main', 'other'];
+
+interface Config {
+  datatables: { name: string; database: string; defaultRole: number | null }[];
+  roles: {
+    oid: number;
+    datatable: string;
+    name: string;
+    enabled: boolean;
+    safe: boolean;
+    tenants: string[];
+  }[];
+  memberships: { email: string; kind: MembershipKind; name: string }[];
+}
+
+const configArb: fc.Arbitrary<Config> = fc
+  .record({
+    datatables: fc.uniqueArray(
+      fc.record({
+        name: fc.constantFrom(...NAMES),
+        database: fc.constantFrom('db1', 'db2'),
+        defaultRole: fc.option(fc.constantFrom(101, 102, 103, 104), { nil: null }),
+      }),
+      { selector: (d) => d.name, maxLength: 2 },
+    ),
+    roles: fc.uniqueArray(
+      fc.record({
+        oid: fc.constantFrom(101, 102, 103, 104),
+        datatable: fc.constantFrom(...NAMES),
+        name: fc.constantFrom('r1', 'r2', 'r3', 'r4', 'admin'),
+        enabled: fc.boolean(),
+        safe: fc.boolean(),
+        tenants: fc.subarray(TENANTS, { maxLength: 3 }),
+      }),
+      { selector: (r) => r.oid, maxLength: 4 },
+    ),
+    memberships: fc.uniqueArray(
+      fc.record({
+        email: fc.constantFrom(RUNNER, VIEWER),
+        kind: fc.constantFrom<MembershipKind>('group', 'folder', 'admin'),
+        name: fc.constantFrom('g1', 'g2', 'f'),
+      }),
+      { selector: (m) => `${m.email}/${m.kind}/${m.name}`, maxLength: 4 },
+    ),
+  })
+  // Role names are unique in a workspace, as in Postgres.
+  .map((config) => ({
+    ...config,
+    roles: config.roles.filter(
+      (role, i) => config.roles.findIndex((other) => other.name === role.name) === i,
+    ),
+  }));
+
+/** One small change an operator could make, or none. */
+const changeArb = fc.record({
+  kind: fc.constantFrom(
+    'none',
+    'toggle-enabled',
+    'toggle-safe',
+    'tenants',
+    'membership',
+    'default-role',
+    'database',
+    'rename',
+    'drop-role',
+    'drop-datatable',
+  ),
+  pick: fc.nat(),
+  tenants: fc.subarray(TENANTS, { maxLength: 3 }),
+  membership: fc.record({
+    email: fc.constantFrom(RUNNER, VIEWER),
+    kind: fc.constantFrom<MembershipKind>('group', 'folder', 'admin'),
+    name: fc.constantFrom('g1', 'g2', 'f'),
+  }),
+  role: fc.option(fc.constantFrom(101, 102, 103, 104), { nil: null }),
+});
+
+type Change = typeof changeArb extends fc.Arbitrary<infer T> ? T : never;
+
+function change(config: Config, c: Change): Config {
+  const next: Config = structuredClone(config);
+  const role = next.roles[c.pick % Math.max(1, next.roles.length)];
+  const datatable = next.datatables[c.pick % Math.max(1, next.datatables.length)];
+  switch (c.kind) {
+    case 'toggle-enabled':
+      if (role) role.enabled = !role.enabled;
+      break;
+    case 'toggle-safe':
+      if (role) role.safe = !role.safe;
+      break;
+    case 'tenants':
+      if (role) role.tenants = c.tenants;
+      break;
+    case 'membership': {
+      const i = next.memberships.findIndex(
+        (m) =>
+          m.email === c.membership.email &&
+          m.kind === c.membership.kind &&
+          m.name === c.membership.name,
+      );
+      if (i === -1) next.memberships.push(c.membership);
+      else next.memberships.splice(i, 1);
+      break;
+    }
+    case 'default-role':
+      if (datatable) datatable.defaultRole = c.role;
+      break;
+    case 'database':
+      if (datatable) datatable.database = datatable.database === 'db1' ? 'db2' : 'db1';
+      break;
+    case 'rename':
+      if (role && !next.roles.some((r) => r.name === 'r9')) role.name = 'r9';
+      break;
+    case 'drop-role':
+      if (role) next.roles.splice(next.roles.indexOf(role), 1);
+      break;
+    case 'drop-datatable':
+      if (datatable) next.datatables.splice(next.datatables.indexOf(datatable), 1);
+      break;
+  }
+  return next;
+}
+
+function stateOf(config: Config): CatalogState {
+  const datatables: CatalogDatatable[] = config.datatables.map((d) => ({ workspace: WS, ...d }));
+  const roles: CatalogRole[] = config.roles.map((r) => ({
+    workspace: WS,
+    secret: Buffer.alloc(0),
+    ...r,
+  }));
+  const memberships = config.memberships.map((m) => ({ workspace: WS, ...m }));
+  return new CatalogState(7, datatables, roles, memberships, 'catalog');
+}
+
+function authorizationOf(state: CatalogState, viewer: string | null): JobAuthorization {
+  const parties: JobParties = {
+    workspace: WS,
+    runner: { email: RUNNER, principals: state.principals(WS, RUNNER) },
+    viewer: viewer === null ? null : { email: viewer, principals: state.principals(WS, viewer) },
+  };
+  return new JobAuthorization(state, parties);
+}
+
+/** Every reference the job could make, including unknown names. */
+const REFS: DatatableRef[] = [...NAMES, 'missing'].flatMap((name) => [
+  { name, access: { kind: 'viewer' } } as const,
+  { name, access: { kind: 'default' } } as const,
+  ...['r1', 'r2', 'r3', 'r4', 'r9', 'admin', 'nobody'].map(
+    (role) => ({ name, access: { kind: 'role', role } }) as const,
+  ),
+]);
+
+function outcomes(authorization: JobAuthorization): string[] {
+  return REFS.map((ref) => {
+    try {
+      const grant = authorization.grant(ref);
+      return `${grant.datatable.database}:${grant.roles.map((r) => r.oid).join(',')}`;
+    } catch (err) {
+      if (err instanceof ViewerCacheError) return err.code;
+      throw err;
+    }
+  });
+}
+
+describe('JobAuthorization: one source for the connection and the fingerprint', () => {
+  it('same fingerprint ⇔ same grant for every reference (random catalogs and changes)', () => {
+    let equal = 0;
+    let different = 0;
+    fc.assert(
+      fc.property(
+        configArb,
+        changeArb,
+        fc.constantFrom<string | null>(VIEWER, null, RUNNER),
+        (config, c, viewer) => {
+          const before = authorizationOf(stateOf(config), viewer);
+          const after = authorizationOf(stateOf(change(config, c)), viewer);
+          const sameGrants = outcomes(before).join('|') === outcomes(after).join('|');
+          if (sameGrants) equal++;
+          else different++;
+          expect(before.fingerprint === after.fingerprint).toBe(sameGrants);
+        },
+      ),
+      { numRuns: 3000 },
+    );
+    // Both sides of the equivalence were exercised, not just one.
+    expect(equal).toBeGreaterThan(300);
+    expect(different).toBeGreaterThan(300);
+  });
+
+  it('never grants admin, and a run with no viewer is refused as the viewer', () => {
+    const state = stateOf({
+      datatables: [{ name: 'main', database: 'db1', defaultRole: null }],
+      roles: [
+        { oid: 101, datatable: 'main', name: 'admin', enabled: true, safe: true, tenants: ['*'] },
+      ],
+      memberships: [{ email: RUNNER, kind: 'admin', name: 'ws' }],
+    });
+    const anonymous = authorizationOf(state, null);
+    expect(() => anonymous.grant({ name: 'main', access: { kind: 'viewer' } })).toThrow(
+      expect.objectContaining({ code: 'E_NO_VIEWER', datatable: 'main' }),
+    );
+    const viewer = authorizationOf(state, VIEWER);
+    expect(() => viewer.grant({ name: 'main', access: { kind: 'viewer' } })).toThrow(
+      expect.objectContaining({ code: 'E_NO_ROLES' }),
+    );
+    expect(() => viewer.grant({ name: 'main', access: { kind: 'role', role: 'admin' } })).toThrow(
+      expect.objectContaining({ code: 'E_ROLE_NOT_PERMITTED', role: 'admin' }),
+    );
+  });
+
+  it('the fingerprint carries the catalog id and generation', () => {
+    const config: Config = { datatables: [], roles: [], memberships: [] };
+    const a = authorizationOf(stateOf(config), VIEWER).fingerprint;
+    const other = new CatalogState(8, [], [], [], 'catalog');
+    const b = authorizationOf(other, VIEWER).fingerprint;
+    expect(a).not.toBe(b);
+  });
+});
