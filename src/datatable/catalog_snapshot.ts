@@ -10,24 +10,34 @@ import * as sql from './sql/catalog_reads.js';
 export interface CatalogSnapshotOptions {
   /** Pool on the catalog database (reads). */
   pool: pg.Pool;
-  /** Connection for the dedicated LISTEN client. */
+  /** Connection for the dedicated LISTEN client (a direct one: not through a transaction pooler). */
   listenConnection: pg.ClientConfig;
   /** Where `catalog:refreshed` and `catalog:listener` are emitted. */
   events: TypedEmitter<DatatablesEvents>;
   logger?: Logger;
   /** Delay before reconnecting a lost listener; doubles up to 5 s. @default 100 */
   reconnectDelayMs?: number;
+  /** How often the listener proves it is alive (and reads the generation). @default 1000 */
+  heartbeatMs?: number;
+  /** A heartbeat not answered within this long declares the listener dead. @default 1000 */
+  heartbeatTimeoutMs?: number;
 }
 
 /**
  * The catalog, kept in process and fresh through LISTEN/NOTIFY: every catalog change bumps the
  * generation and notifies in the same transaction.
  *
- * Freshness rule (SPEC invariant 10): the in-memory state is served without a round trip only
- * while the listener is connected and no notification has arrived since the state was read.
- * After a notification, callers wait for a reload that started after it. While the listener is
- * down, every read asks Postgres for the generation first and reloads when it moved — slower,
- * never stale.
+ * Freshness rule (SPEC invariants 10 and 18): the in-memory state is served without a round trip
+ * only while (a) no notification has arrived since it was read and (b) the listener proved, less
+ * than `heartbeatMs + heartbeatTimeoutMs` ago, that it is alive: every heartbeat is a generation
+ * read *through the LISTEN connection*, so it also catches a notification that was lost. A
+ * half-open listener therefore stops being trusted within that bound and is replaced. Otherwise
+ * every read first confirms the generation with one small query (concurrent callers share it)
+ * and reloads when it moved — slower, never stale.
+ *
+ * Anyone who can connect may `NOTIFY` the channel: a notification only counts when its
+ * generation is newer than the one held, and then costs one generation read; a full reload
+ * happens only when the generation in Postgres actually moved.
  */
 export class CatalogSnapshot {
   readonly #events: TypedEmitter<DatatablesEvents>;
@@ -35,13 +45,21 @@ export class CatalogSnapshot {
   readonly #listenConfig: pg.ClientConfig;
   readonly #logger: Logger;
   readonly #baseDelayMs: number;
+  readonly #heartbeatMs: number;
+  readonly #heartbeatTimeoutMs: number;
   #state: CatalogState | null = null;
   #listener: pg.Client | null = null;
-  #listenerUp = false;
-  /** Bumped on every notification and listener loss; a load is fresh only if it did not move. */
+  /** Start time (performance.now) of the listener's last answered heartbeat. */
+  #aliveAt = Number.NEGATIVE_INFINITY;
+  /** Bumped on every notification and listener loss; a read is fresh only if it did not move. */
   #epoch = 0;
+  /** No notification or listener loss since the state was last read or confirmed. */
   #fresh = false;
   #loading: { epoch: number; promise: Promise<CatalogState> } | null = null;
+  /** A generation check not started yet: callers arriving meanwhile share it. */
+  #pendingConfirm: Promise<CatalogState> | null = null;
+  #heartbeatTimer: NodeJS.Timeout | undefined;
+  #heartbeatRunning = false;
   #reconnectTimer: NodeJS.Timeout | undefined;
   #reconnectDelayMs: number;
   #closed = false;
@@ -53,6 +71,13 @@ export class CatalogSnapshot {
     this.#logger = options.logger ?? silentLogger;
     this.#baseDelayMs = options.reconnectDelayMs ?? 100;
     this.#reconnectDelayMs = this.#baseDelayMs;
+    this.#heartbeatMs = options.heartbeatMs ?? 1000;
+    this.#heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 1000;
+  }
+
+  /** The longest a change can go unnoticed with the listener silently dead (README). */
+  get stalenessBoundMs(): number {
+    return this.#heartbeatMs + this.#heartbeatTimeoutMs;
   }
 
   /** Connects the listener, then loads the first state. */
@@ -65,10 +90,13 @@ export class CatalogSnapshot {
       this.#scheduleReconnect();
     });
     await this.#reload();
+    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.#heartbeatMs);
+    this.#heartbeatTimer.unref();
   }
 
+  /** Whether the listener is connected *and* answered a heartbeat within the bound. */
   get listenerUp(): boolean {
-    return this.#listenerUp;
+    return this.#listener !== null && this.#alive();
   }
 
   /** The last loaded generation (0 before the first load). */
@@ -78,7 +106,8 @@ export class CatalogSnapshot {
 
   /** The state if it is confirmed fresh, without any I/O; otherwise undefined. */
   freshState(): CatalogState | undefined {
-    return this.#fresh ? (this.#state ?? undefined) : undefined;
+    if (!this.#fresh || this.#state === null || !this.#alive()) return undefined;
+    return this.#state;
   }
 
   /**
@@ -89,17 +118,11 @@ export class CatalogSnapshot {
     const fresh = this.freshState();
     if (fresh !== undefined) return fresh;
     try {
-      if (!this.#listenerUp) {
-        // No listener: confirm the generation with one tiny query before trusting memory. Every
-        // catalog change bumps it, so an equal generation means nothing changed since the read.
-        const { rows } = await this.#pool.query<{ value: string }>(sql.READ_GENERATION);
-        if (this.#state !== null && Number(rows[0]?.value) === this.#state.generation) {
-          return this.#state;
-        }
-        // Moved: only a load that starts now is new enough, so do not join one in flight.
-        this.#epoch++;
+      // A reload that started after the latest notification is new enough.
+      if (this.#loading !== null && this.#loading.epoch === this.#epoch) {
+        return await this.#loading.promise;
       }
-      return await this.#reload();
+      return await this.#confirm();
     } catch (err) {
       throw new RoleResolutionFailedError('could not read the data-table catalog', { cause: err });
     }
@@ -133,10 +156,43 @@ export class CatalogSnapshot {
     this.#closed = true;
     this.#fresh = false;
     clearTimeout(this.#reconnectTimer);
+    clearInterval(this.#heartbeatTimer);
     const listener = this.#listener;
     this.#listener = null;
-    await listener?.end().catch(() => {});
+    if (listener !== null) await endClient(listener);
     await this.#loading?.promise.catch(() => {});
+  }
+
+  #alive(): boolean {
+    return performance.now() - this.#aliveAt <= this.stalenessBoundMs;
+  }
+
+  /**
+   * Reads the generation with one query — shared by every caller that arrives before it starts,
+   * so a burst of runs (or of forged notifications) costs one read — and reloads if it moved.
+   */
+  #confirm(): Promise<CatalogState> {
+    if (this.#pendingConfirm !== null) return this.#pendingConfirm;
+    const pending = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      this.#pendingConfirm = null;
+      return this.#confirmNow();
+    });
+    this.#pendingConfirm = pending;
+    return pending;
+  }
+
+  async #confirmNow(): Promise<CatalogState> {
+    const epoch = this.#epoch;
+    const { rows } = await this.#pool.query<{ value: string }>(sql.READ_GENERATION);
+    const state = this.#state;
+    if (state !== null && Number(rows[0]?.value) === state.generation) {
+      // Every catalog change bumps the generation: equal means nothing changed since the read.
+      if (epoch === this.#epoch && this.#listener !== null && !this.#closed) this.#fresh = true;
+      return state;
+    }
+    // Moved: only a load that starts now is new enough, so do not join one in flight.
+    this.#epoch++;
+    return this.#reload();
   }
 
   /** Loads the catalog, joining a load that started after the latest notification. */
@@ -148,9 +204,11 @@ export class CatalogSnapshot {
         if (this.#loading?.promise === promise) this.#loading = null;
         if (this.#state === null || state.generation >= this.#state.generation) this.#state = state;
         // Fresh only if nothing was announced (and the listener did not drop) while loading.
-        this.#fresh = this.#listenerUp && epoch === this.#epoch && !this.#closed;
+        this.#fresh = this.#listener !== null && epoch === this.#epoch && !this.#closed;
         this.#events.emit('catalog:refreshed', { generation: state.generation });
-        if (!this.#fresh && this.#listenerUp && !this.#closed) void this.#reload().catch(() => {});
+        if (!this.#fresh && this.#listener !== null && !this.#closed) {
+          void this.#reload().catch(() => {});
+        }
         return this.#state;
       },
       (err: unknown) => {
@@ -162,46 +220,91 @@ export class CatalogSnapshot {
     return promise;
   }
 
+  /** Proves the listener alive by reading the generation through it, within a timeout. */
+  async #heartbeat(): Promise<void> {
+    const client = this.#listener;
+    if (client === null || this.#heartbeatRunning || this.#closed) return;
+    this.#heartbeatRunning = true;
+    const started = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const answer = client.query<{ value: string }>(sql.READ_GENERATION);
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error('catalog listener heartbeat timed out')),
+          this.#heartbeatTimeoutMs,
+        );
+      });
+      const { rows } = await Promise.race([answer, timeout]);
+      if (this.#listener !== client) return;
+      this.#aliveAt = started;
+      const generation = Number(rows[0]?.value);
+      if (this.#state !== null && generation > this.#state.generation) {
+        // A notification that never arrived: stale from now, reload.
+        this.#fresh = false;
+        this.#epoch++;
+        void this.#reload().catch(() => {});
+      }
+    } catch (err) {
+      this.#lost(client, (err as Error).message);
+    } finally {
+      clearTimeout(timer);
+      this.#heartbeatRunning = false;
+    }
+  }
+
+  #lost(client: pg.Client, reason: string): void {
+    if (this.#listener !== client) return;
+    this.#listener = null;
+    this.#aliveAt = Number.NEGATIVE_INFINITY;
+    this.#fresh = false;
+    this.#epoch++;
+    this.#events.emit('catalog:listener', { up: false });
+    this.#logger.warn(
+      { reason },
+      'catalog listener lost; reading Postgres directly until it is back',
+    );
+    void endClient(client);
+    this.#scheduleReconnect();
+  }
+
   async #listen(): Promise<void> {
     const client = new pg.Client({
       ...this.#listenConfig,
       application_name: 'viewer-cache-listener',
     });
-    const lost = (reason: string) => {
-      if (this.#listener !== client) return;
-      this.#listener = null;
-      this.#listenerUp = false;
-      this.#fresh = false;
-      this.#epoch++;
-      this.#events.emit('catalog:listener', { up: false });
-      this.#logger.warn(
-        { reason },
-        'catalog listener lost; reading Postgres directly until it is back',
-      );
-      client.end().catch(() => {});
-      this.#scheduleReconnect();
-    };
-    client.on('error', (err) => lost(err.message));
-    client.on('end', () => lost('connection ended'));
+    client.on('error', (err) => this.#lost(client, err.message));
+    client.on('end', () => this.#lost(client, 'connection ended'));
     client.on('notification', (message) => {
       if (message.channel !== CATALOG_CHANNEL || this.#listener !== client) return;
-      // Stale from this instant: callers wait for a reload that starts after it.
+      // Any role may NOTIFY this channel. A generation not newer than ours announces nothing.
+      const announced = Number(message.payload);
+      const held = this.#state?.generation;
+      if (held !== undefined && Number.isSafeInteger(announced) && announced <= held) return;
+      // Stale from this instant: callers wait for a read that starts after it.
       this.#fresh = false;
       this.#epoch++;
-      void this.#reload().catch((err: unknown) => {
+      void this.#confirm().catch((err: unknown) => {
         this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
       });
     });
-    await client.connect();
-    await client.query(`listen ${CATALOG_CHANNEL}`);
+    const started = performance.now();
+    try {
+      await client.connect();
+      await client.query(`listen ${CATALOG_CHANNEL}`);
+    } catch (err) {
+      await endClient(client);
+      throw err;
+    }
     if (this.#closed) {
-      await client.end();
+      await endClient(client);
       return;
     }
     this.#listener = client;
-    this.#listenerUp = true;
-    // Changes made while we were not listening are unknown: the next read reloads.
+    this.#aliveAt = started;
+    // Changes made while we were not listening are unknown: the next read confirms.
     this.#epoch++;
+    this.#fresh = false;
     this.#reconnectDelayMs = this.#baseDelayMs;
     this.#events.emit('catalog:listener', { up: true });
   }
@@ -219,4 +322,15 @@ export class CatalogSnapshot {
     }, this.#reconnectDelayMs);
     this.#reconnectTimer.unref();
   }
+}
+
+/**
+ * Ends a client without waiting on a peer that may never answer: a half-open socket would keep
+ * `end()` pending forever, so the socket is destroyed first.
+ */
+async function endClient(client: pg.Client): Promise<void> {
+  const stream = (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection
+    ?.stream;
+  stream?.destroy();
+  await client.end().catch(() => {});
 }

@@ -32,6 +32,24 @@ export interface RawDatatablesOptions {
    * store: with it and the catalog, anyone can log in as any data-table role.
    */
   secretKey: string | Uint8Array;
+  /**
+   * A direct connection for the catalog's LISTEN client, when `connection` goes through a
+   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process.
+   * @default `connection`
+   */
+  listenConnection?: string | pg.ClientConfig;
+  /** Catalog freshness. */
+  catalog?: {
+    /**
+     * How often the LISTEN connection proves it is alive (a generation read through it). With
+     * the listener silently dead, a change goes unnoticed for at most `heartbeat +
+     * heartbeatTimeout`; meanwhile every run confirms the generation with Postgres.
+     * @default '1s'
+     */
+    heartbeat?: Duration;
+    /** @default '1s' */
+    heartbeatTimeout?: Duration;
+  };
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;
   /** Apply catalog migrations on start. @default true */
@@ -151,11 +169,21 @@ class DatatableService implements Datatables {
       // After close(), connections ending with the server are expected, not news.
       if (!this.#closed) logger.warn({ err: err.message }, 'catalog connection lost');
     });
+    const catalog = options.catalog ?? {};
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
-      listenConnection: adminConfig,
+      listenConnection:
+        options.listenConnection === undefined ? adminConfig : toConfig(options.listenConnection),
       events,
       logger,
+      heartbeatMs: positive(
+        resolveDuration(catalog.heartbeat ?? '1s', 'catalog.heartbeat'),
+        'catalog.heartbeat',
+      ),
+      heartbeatTimeoutMs: positive(
+        resolveDuration(catalog.heartbeatTimeout ?? '1s', 'catalog.heartbeatTimeout'),
+        'catalog.heartbeatTimeout',
+      ),
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
     this.fingerprint = (job) => this.#authorizations.fingerprint(job);
@@ -279,6 +307,11 @@ class DatatableService implements Datatables {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
+}
+
+function positive(ms: number, name: string): number {
+  if (!(ms > 0)) throw new TypeError(`${name} must be greater than 0`);
+  return ms;
 }
 
 function toConfig(connection: string | pg.ClientConfig): pg.ClientConfig {
