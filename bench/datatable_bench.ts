@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import { PasswordDeriver } from '../src/datatable/passwords.js';
+import { RoleSetProtocol } from '../src/datatable/role_set_protocol.js';
 import {
   createDatatables,
   createExecutor,
@@ -271,9 +272,12 @@ async function fingerprintedHits(
 }
 
 /**
- * First use of a new role set: a viewer whose groups make a set never seen before, so the
- * connection creates `wm_set_<hash>`, proves it can log in, records it, then connects. Beside it,
- * a new scram connection as an existing login (the floor of any first use).
+ * First use of a new role set: a viewer whose groups make a set never seen before. Cold (the
+ * process does not prepare set logins ahead): the run creates `wm_set_<hash>`, proves it can log
+ * in with its first connection, and records it. Prepared: the membership change already made
+ * the process prepare it, and the run finds a warm connection. Beside them, a bare scram
+ * connection (Postgres's default 4096 rounds, as the bench's superuser) and one as a managed
+ * login (whose verifiers use fewer rounds; see passwords.ts).
  */
 async function firstUse(
   datatables: Datatables,
@@ -283,87 +287,152 @@ async function firstUse(
   count: number,
 ): Promise<DatatableRow[]> {
   const sets: number[][] = [];
-  for (let a = 0; a < ROLE_COUNT && sets.length < count; a++) {
-    for (let b = a + 1; b < ROLE_COUNT && sets.length < count; b++) {
-      for (let c = b + 1; c < ROLE_COUNT && sets.length < count; c++) {
+  for (let a = 0; a < ROLE_COUNT && sets.length < 2 * count; a++) {
+    for (let b = a + 1; b < ROLE_COUNT && sets.length < 2 * count; b++) {
+      for (let c = b + 1; c < ROLE_COUNT && sets.length < 2 * count; c++) {
         if (!(a === 0 && b === 1)) sets.push([a, b, c]);
       }
     }
   }
-  let generation = 0;
-  for (const [i, set] of sets.entries()) {
-    for (const r of set) {
-      ({ generation } = await datatables.admin.addMembership(
-        WS,
-        `new${i}@example.com`,
-        'group',
-        `g${r}`,
-      ));
+  const cold = await createDatatables({
+    connection: url,
+    secretKey: SECRET,
+    migrate: false,
+    pools: { prepareAhead: false },
+  });
+  try {
+    const oidOf = new Map(
+      (await datatables.admin.listRoles(WS)).map((role) => [role.name, role.oid]),
+    );
+    const loginOf = (set: number[]) =>
+      RoleSetProtocol.loginName(set.map((r) => oidOf.get(roles[r]!)!));
+    // Even sets: cold viewers; odd sets: viewers whose login is prepared ahead.
+    const coldViewers: string[] = [];
+    const preparedViewers: string[] = [];
+    let generation = 0;
+    for (const [i, set] of sets.entries()) {
+      const viewer = `new${i}@example.com`;
+      (i % 2 === 0 ? coldViewers : preparedViewers).push(viewer);
+      for (const r of set) {
+        ({ generation } = await datatables.admin.addMembership(WS, viewer, 'group', `g${r}`));
+      }
     }
-  }
-  await datatables.waitForGeneration(generation);
+    await Promise.all([
+      datatables.waitForGeneration(generation),
+      cold.waitForGeneration(generation),
+    ]);
+    const prepared = sets.filter((_, i) => i % 2 === 1).map(loginOf);
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      const deadline = performance.now() + 60_000;
+      for (;;) {
+        const { rows } = await admin.query<{ n: string }>(
+          'select count(*) as n from viewer_cache.role_set where login = any($1)',
+          [prepared],
+        );
+        if (Number(rows[0]!.n) === prepared.length) break;
+        if (performance.now() > deadline) throw new BenchInvariantError('logins not prepared');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    } finally {
+      await admin.end();
+    }
 
-  const parsed = new URL(url);
-  const password = await rolePassword(url, roles[0]!);
-
-  const create: number[] = [];
-  const connect: number[] = [];
-  for (let i = 0; i < sets.length; i++) {
-    // Alternate, so that noise lands on both alike.
-    const t0 = performance.now();
-    const probe = new pg.Client({
-      host: parsed.hostname,
-      port: Number(parsed.port),
-      database,
-      user: roles[0],
-      password,
-    });
-    await probe.connect();
-    connect.push(performance.now() - t0);
-    await probe.end();
-
-    const t1 = performance.now();
-    const lease = await datatables.connect(jobFor(`new${i}@example.com`, 'x'), {
-      name: 'main',
-      access: { kind: 'viewer' },
-    });
-    create.push(performance.now() - t1);
-    const { rows: who } = await lease.query('select current_user as u');
-    await lease.release(false);
-    if (!String(who[0]?.['u']).startsWith('wm_set_'))
-      throw new BenchInvariantError('not a set login');
-  }
-  const stat = (samples: number[]) => {
-    const sorted = [...samples].sort((x, y) => x - y);
-    const at = (p: number) =>
-      sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]! * 1000;
-    return { p50Us: at(0.5), p99Us: at(0.99), ops: samples.length };
-  };
-  const base = stat(connect);
-  const first = stat(create);
-  return [
-    {
-      id: 'pg_new_scram_connection',
-      label: 'a new scram-sha-256 connection as an existing login',
-      ...base,
-      baseline: 'pg_new_scram_connection',
-      vsBaseline: { kind: 'ratio', value: 1 },
-    },
-    {
-      id: 'set_login_first_use',
-      label:
-        'first use of a new role set: create `wm_set_` login, prove it logs in, record it, connect',
-      ...first,
-      baseline: 'pg_new_scram_connection',
-      vsBaseline: { kind: 'ratio', value: first.p50Us / base.p50Us },
-      // SPEC: ≤ 25 ms where a new scram connection takes ≈ 4 ms, i.e. ≈ 6× a connection; on a
-      // machine whose connections are slower the ratio is the figure that carries over.
-      target: {
-        text:
-          `≤ 25 ms: ${first.p50Us <= 25_000 ? 'yes' : 'no'} (${fmtMs(first.p50Us)}, a bare connection ${fmtMs(base.p50Us)}); ` +
-          `≤ 6.25× a new connection: ${(first.p50Us / base.p50Us).toFixed(2)}×`,
-        met: first.p50Us / base.p50Us <= 6.25,
+    const parsed = new URL(url);
+    const password = await rolePassword(url, roles[0]!);
+    const bare: number[] = [];
+    const managed: number[] = [];
+    const coldFirst: number[] = [];
+    const preparedFirst: number[] = [];
+    const connectAs = async (user: string, pass: string, into: number[]) => {
+      const t0 = performance.now();
+      const probe = new pg.Client({
+        host: parsed.hostname,
+        port: Number(parsed.port),
+        database,
+        user,
+        password: pass,
+      });
+      await probe.connect();
+      into.push(performance.now() - t0);
+      await probe.end();
+    };
+    const firstRun = async (instance: Datatables, viewer: string, into: number[]) => {
+      const t1 = performance.now();
+      const lease = await instance.connect(jobFor(viewer, 'x'), {
+        name: 'main',
+        access: { kind: 'viewer' },
+      });
+      into.push(performance.now() - t1);
+      const { rows: who } = await lease.query('select current_user as u');
+      await lease.release(false);
+      if (!String(who[0]?.['u']).startsWith('wm_set_'))
+        throw new BenchInvariantError('not a set login');
+    };
+    const superuser = decodeURIComponent(parsed.username);
+    const superPassword = decodeURIComponent(parsed.password);
+    for (let i = 0; i < coldViewers.length; i++) {
+      // Alternate, so that noise lands on all alike.
+      await connectAs(superuser, superPassword, bare);
+      await firstRun(cold, coldViewers[i]!, coldFirst);
+      await connectAs(roles[0]!, password, managed);
+      if (i < preparedViewers.length)
+        await firstRun(datatables, preparedViewers[i]!, preparedFirst);
+    }
+    const stat = (samples: number[]) => {
+      const sorted = [...samples].sort((x, y) => x - y);
+      const at = (p: number) =>
+        sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]! * 1000;
+      return { p50Us: at(0.5), p99Us: at(0.99), ops: samples.length };
+    };
+    const base = stat(bare);
+    const ratio = (row: { p50Us: number }) => row.p50Us / base.p50Us;
+    const coldStat = stat(coldFirst);
+    const preparedStat = stat(preparedFirst);
+    const managedStat = stat(managed);
+    return [
+      {
+        id: 'pg_new_scram_connection',
+        label: 'a bare scram-sha-256 connection (Postgres default 4096 rounds)',
+        ...base,
+        baseline: 'pg_new_scram_connection',
+        vsBaseline: { kind: 'ratio', value: 1 },
       },
-    },
-  ];
+      {
+        id: 'pg_new_managed_connection',
+        label: 'a new connection as a managed login (16-round verifier)',
+        ...managedStat,
+        baseline: 'pg_new_scram_connection',
+        vsBaseline: { kind: 'ratio', value: ratio(managedStat) },
+      },
+      {
+        id: 'set_login_first_use',
+        label:
+          'first use of a new role set, cold: create `wm_set_` login with its memberships, prove it with the first connection, record it',
+        ...coldStat,
+        baseline: 'pg_new_scram_connection',
+        vsBaseline: { kind: 'ratio', value: ratio(coldStat) },
+        // SPEC: first use of a new set login ≤ 1.5 × one bare scram connection.
+        target: {
+          text: `≤ 1.5× a bare connection: ${ratio(coldStat).toFixed(2)}× (${fmtMs(coldStat.p50Us)} vs ${fmtMs(base.p50Us)})`,
+          met: ratio(coldStat) <= 1.5,
+        },
+      },
+      {
+        id: 'set_login_first_use_prepared',
+        label:
+          'first use of a new role set after the membership change prepared it ahead (pools.prepareAhead)',
+        ...preparedStat,
+        baseline: 'pg_new_scram_connection',
+        vsBaseline: { kind: 'ratio', value: ratio(preparedStat) },
+        target: {
+          text: `≤ 1.5× a bare connection: ${ratio(preparedStat).toFixed(2)}×`,
+          met: ratio(preparedStat) <= 1.5,
+        },
+      },
+    ];
+  } finally {
+    await cold.close();
+  }
 }

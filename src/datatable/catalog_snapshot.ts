@@ -104,6 +104,11 @@ export class CatalogSnapshot {
     return this.#state?.generation ?? 0;
   }
 
+  /** The last loaded state, fresh or not: only for advisory work (preparing logins ahead). */
+  get latest(): CatalogState | null {
+    return this.#state;
+  }
+
   /** The state if it is confirmed fresh, without any I/O; otherwise undefined. */
   freshState(): CatalogState | undefined {
     if (!this.#fresh || this.#state === null || !this.#alive()) return undefined;

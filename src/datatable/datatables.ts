@@ -19,6 +19,7 @@ import { LoginRepair } from './login_repair.js';
 import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
 import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
+import { SetLoginWarmer } from './set_login_warmer.js';
 
 export interface RawDatatablesOptions {
   /**
@@ -64,6 +65,12 @@ export interface RawDatatablesOptions {
     idleTimeout?: Duration;
     /** `statement_timeout` of login connections; 0 = none. @default 0 */
     statementTimeout?: Duration;
+    /**
+     * Prepare a set login as soon as the catalog shows a new combination of roles (a membership
+     * or tenant change), rather than on the viewer's first run. Built-in directory only.
+     * @default true
+     */
+    prepareAhead?: boolean;
   };
   /** @default silent */
   logger?: Logger;
@@ -139,6 +146,7 @@ class DatatableService implements Datatables {
   readonly #protocol: RoleSetProtocol;
   readonly #pools: LoginPools;
   readonly #leaser: LoginLeaser;
+  readonly #warmer: SetLoginWarmer | null;
   readonly #directory: Directory | null;
   readonly #logger: Logger;
   #closed = false;
@@ -211,6 +219,17 @@ class DatatableService implements Datatables {
       passwords,
       logger,
     });
+    this.#warmer =
+      (pools.prepareAhead ?? true) && this.#directory === null
+        ? new SetLoginWarmer(this.#leaser, logger)
+        : null;
+    if (this.#warmer !== null) {
+      const warmer = this.#warmer;
+      events.on('catalog:refreshed', () => {
+        const state = this.#snapshot.latest;
+        if (state !== null) warmer.refreshed(state);
+      });
+    }
     this.admin = new CatalogAdmin({
       pool: this.#pool,
       adminConfig,
@@ -298,6 +317,7 @@ class DatatableService implements Datatables {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#warmer?.close();
     this.#leaser.close();
     await this.#snapshot.close();
     await this.#pools.close();

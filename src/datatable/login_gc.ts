@@ -31,8 +31,8 @@ export async function listSetLogins(
 export async function wantedSetLogins(
   state: CatalogState,
   principalsOf: (workspace: string, email: string) => Principals | Promise<Principals>,
-): Promise<Set<string>> {
-  const wanted = new Set<string>();
+): Promise<Map<string, WantedSetLogin>> {
+  const wanted = new Map<string, WantedSetLogin>();
   for (const workspace of state.workspaces()) {
     for (const email of state.knownEmails(workspace)) {
       const principals = await principalsOf(workspace, email);
@@ -40,10 +40,20 @@ export async function wantedSetLogins(
       for (const role of resolveRoles(state, workspace, email, principals)) {
         byDatatable.set(role.datatable, [...(byDatatable.get(role.datatable) ?? []), role.oid]);
       }
-      for (const oids of byDatatable.values()) {
-        if (oids.length > 1) wanted.add(RoleSetProtocol.loginName(oids));
+      for (const [datatable, oids] of byDatatable) {
+        const database = state.datatable(workspace, datatable)?.database;
+        if (oids.length > 1 && database !== undefined) {
+          wanted.set(RoleSetProtocol.loginName(oids), { oids, database });
+        }
       }
     }
   }
   return wanted;
+}
+
+/** A set login someone resolves to, with where it is used. */
+export interface WantedSetLogin {
+  /** Sorted catalog ids. */
+  readonly oids: readonly number[];
+  readonly database: string;
 }

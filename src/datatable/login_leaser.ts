@@ -71,6 +71,29 @@ export class LoginLeaser {
     );
   }
 
+  /**
+   * Prepares the set login for `oids` before anyone asks for it (a membership change made a new
+   * combination): created if missing, its proving connection kept warm in the pool. A login that
+   * already has a row only has its password remembered (no connection opened).
+   */
+  async prepareAhead(oids: readonly number[], database: string): Promise<void> {
+    const login = RoleSetProtocol.loginName(oids);
+    if (this.#known.has(login) || this.#flights.get(login) !== undefined) return;
+    let proof: DatatableLease | undefined;
+    try {
+      const password = await this.#flights.run(login, () =>
+        this.#protocol.prepare(login, oids, database, {
+          prove: async (password) => {
+            proof = await this.#pools.lease(database, login, password);
+          },
+        }),
+      );
+      this.#known.set(login, password);
+    } finally {
+      await proof?.release(false);
+    }
+  }
+
   /** Forgets a login (retired or disabled): its password and its checks. */
   forget(login: string): void {
     this.#known.delete(login);

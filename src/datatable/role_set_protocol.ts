@@ -106,11 +106,13 @@ export class RoleSetProtocol {
     try {
       return await this.#underLock(login, async (client) => {
         await this.#step('read-row', login);
-        const { rows } = await client.query<{ role_oids: number[]; secret: Buffer }>(sql.READ_ROW, [
-          login,
-        ]);
-        const row = rows[0];
-        if (row !== undefined) {
+        const { rows } = await client.query<{
+          role_oids: number[] | null;
+          secret: Buffer | null;
+          login_exists: boolean;
+        }>(sql.READ_ROW_AND_LOGIN, [login]);
+        const row = rows[0]!;
+        if (row.role_oids !== null && row.secret !== null) {
           const stored = row.role_oids.map(Number).sort((a, b) => a - b);
           if (stored.join(',') !== oids.join(',')) {
             // A hash collision or a hand-edited row: refuse rather than hand out other roles.
@@ -124,7 +126,10 @@ export class RoleSetProtocol {
           await this.#step('delete-row', login);
           await client.query(sql.DELETE_ROW, [login]);
         }
-        return this.#createOrTakeBack(client, login, oids, database, options, started);
+        return this.#createOrTakeBack(client, login, oids, database, options, {
+          started,
+          takeBack: row.login_exists,
+        });
       });
     } catch (err) {
       if (err instanceof RoleResolutionFailedError) throw err;
@@ -140,54 +145,55 @@ export class RoleSetProtocol {
     oids: readonly number[],
     database: string,
     options: PrepareOptions,
-    started: number,
+    { started, takeBack }: { started: number; takeBack: boolean },
   ): Promise<string> {
     await this.#step('read-login', login);
-    const takeBack = (await client.query(sql.READ_LOGIN, [login])).rows.length > 0;
     const secret = PasswordDeriver.newNonce();
     const password = this.#options.passwords.forSet(login, secret);
     const verifier = pg.escapeLiteral(await scramVerifier(password));
     const ident = pg.escapeIdentifier(login);
 
-    await inTransaction(client, async () => {
-      const roles = await this.#lockEnabledRoles(client, oids);
-      if (takeBack) {
+    if (takeBack) {
+      await inTransaction(client, async () => {
+        const roles = await this.#lockEnabledRoles(client, oids);
         await this.#step('alter-login', login);
         await client.query(`alter role ${ident} with ${LOGIN_ATTRIBUTES} password ${verifier}`);
         await resetSettings(client, login);
         await this.#step('sync-memberships', login);
         await this.#syncMemberships(client, login, roles);
-      } else {
-        await this.#step('create-login', login);
-        // Memberships in the same statement: a crash can never leave a login without them.
-        const memberOf = [...roles.values()].map((name) => pg.escapeIdentifier(name)).join(', ');
-        await client.query(
-          `create role ${ident} with ${LOGIN_ATTRIBUTES} password ${verifier} in role ${memberOf}`,
-        );
-      }
-      const { rows } = await client.query<{ catalog_id: string }>(sql.READ_CATALOG_ID);
-      await client.query(sql.MARK(ident, rows[0]?.catalog_id ?? ''));
-    });
-
-    if (takeBack) {
+        const { rows } = await client.query<{ catalog_id: string }>(sql.READ_CATALOG_ID);
+        await client.query(sql.MARK(ident, rows[0]?.catalog_id ?? ''));
+      });
       // After the commit: sessions opened with the old password or privileges end now.
       await this.#step('terminate-backends', login);
       await client.query(TERMINATE_BACKENDS, [login]);
       // Anything granted to the login directly is revoked: its privileges are its memberships.
       await this.#step('drop-owned', login);
       await this.#inDatabase(database, `drop owned by ${ident}`);
+    } else {
+      await this.#step('create-login', login);
+      try {
+        await client.query(sql.CREATE_LOGIN(oids, pg.escapeLiteral(login), verifier));
+      } catch (err) {
+        if ((err as { code?: string }).code === sql.ROLES_GONE) {
+          throw new RoleResolutionFailedError(
+            'a role of this set was disabled or dropped meanwhile',
+          );
+        }
+        throw err;
+      }
     }
 
     await this.#step('verify-login', login);
     await options.prove(password);
 
     await this.#step('insert-row', login);
-    await inTransaction(client, async () => {
-      // Re-checked under the row locks: a role disabled since the login was made refuses here,
-      // and the login, left without a row, is retired by the disable (or gc).
-      await this.#lockEnabledRoles(client, oids);
-      await client.query(sql.INSERT_ROW, [login, oids, secret]);
-    });
+    // Re-checked under the row locks: a role disabled since the login was made refuses here,
+    // and the login, left without a row, is retired by the disable (or gc).
+    const inserted = await client.query(sql.INSERT_ROW_IF_ENABLED, [login, oids, secret]);
+    if (inserted.rowCount !== 1) {
+      throw new RoleResolutionFailedError('a role of this set was disabled or dropped meanwhile');
+    }
 
     const ms = performance.now() - started;
     this.#options.events.emit(takeBack ? 'login:taken-back' : 'login:created', { ms });
@@ -227,7 +233,9 @@ export class RoleSetProtocol {
       try {
         return await fn(client);
       } finally {
-        await client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
+        // Not awaited: queued on this connection ahead of whoever gets it next from the pool,
+        // and a connection that died took the lock with it.
+        client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
       }
     });
   }

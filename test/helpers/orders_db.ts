@@ -56,7 +56,14 @@ export async function ordersDb(options: Partial<RawDatatablesOptions> = {}): Pro
     hooks: DatatablesTestHooks = {},
   ) => {
     const datatables = await createDatatablesWithHooks(
-      { connection: db.url, secretKey: SECRET_KEY, ...options, ...more },
+      {
+        connection: db.url,
+        secretKey: SECRET_KEY,
+        // Most suites test what a run does on its own; prepare_ahead.test.ts turns this on.
+        pools: { prepareAhead: false },
+        ...options,
+        ...more,
+      },
       hooks,
     );
     instances.push(datatables);

@@ -1,11 +1,63 @@
 /** Statements of the set-login protocol (role_set_protocol.ts). */
 
+import { LOGIN_ATTRIBUTES } from './logins.js';
+
 /** Per-login session advisory lock: serialises create, take-back and retire across processes. */
 export { LOCK_LOGIN, UNLOCK_LOGIN } from './logins.js';
 
-export const READ_ROW = 'select role_oids, secret from viewer_cache.role_set where login = $1';
-export const INSERT_ROW =
-  'insert into viewer_cache.role_set (login, role_oids, secret) values ($1, $2::oid[], $3)';
+/** The login's row (if any) and whether the login exists, in one round trip. */
+export const READ_ROW_AND_LOGIN = `
+  select s.role_oids, s.secret,
+         exists (select 1 from pg_catalog.pg_roles where rolname = $1) as login_exists
+    from (select 1) one
+    left join viewer_cache.role_set s on s.login = $1`;
+/**
+ * Writes the row only if every role of the set is still enabled, checked under FOR SHARE locks
+ * (see LOCK_ENABLED_ROLES); inserts nothing otherwise.
+ */
+export const INSERT_ROW_IF_ENABLED = `
+  insert into viewer_cache.role_set (login, role_oids, secret)
+  select $1, $2::oid[], $3
+   where (select count(*) from (
+            select r.oid from viewer_cache.role r
+              join pg_catalog.pg_roles a on a.oid = r.oid
+             where r.oid = any($2::oid[]) and r.enabled and not a.rolsuper and not a.rolbypassrls
+               for share of r) held) = cardinality($2::oid[])`;
+
+/** SQLSTATE raised by CREATE_LOGIN when a role of the set is no longer enabled. */
+export const ROLES_GONE = 'VC001';
+
+/**
+ * Creates a set login in one round trip and one transaction: the set's catalog rows locked
+ * against a concurrent disable and checked, the login created *with* its memberships (a crash
+ * can never leave one without them), and marked as this catalog's. Every value is a literal
+ * made here: OIDs are integers, the rest goes through quote_literal-equivalent escaping.
+ */
+export const CREATE_LOGIN = (
+  oids: readonly number[],
+  loginLiteral: string,
+  verifierLiteral: string,
+) => `
+  do $vc_create$
+  declare
+    held int;
+    names text;
+  begin
+    select count(*), string_agg(quote_ident(s.rolname), ', ' order by s.oid)
+      into held, names
+      from (select r.oid, a.rolname from viewer_cache.role r
+              join pg_catalog.pg_roles a on a.oid = r.oid
+             where r.oid = any('{${oids.map((oid) => Math.trunc(oid)).join(',')}}'::oid[])
+               and r.enabled and not a.rolsuper and not a.rolbypassrls
+               for share of r) s;
+    if held <> ${oids.length} then
+      raise exception 'a role of this set was disabled or dropped' using errcode = '${ROLES_GONE}';
+    end if;
+    execute format('create role %I with ${LOGIN_ATTRIBUTES} password %L in role ', ${loginLiteral}, ${verifierLiteral}) || names;
+    execute format('comment on role %I is %L', ${loginLiteral},
+                   'viewer-cache set login of catalog ' || (select catalog_id from viewer_cache.generation));
+  end
+  $vc_create$`;
 export const DELETE_ROW = 'delete from viewer_cache.role_set where login = $1';
 
 export const READ_LOGIN = 'select oid from pg_catalog.pg_roles where rolname = $1';
