@@ -849,10 +849,9 @@ describe('metrics and health', () => {
     const before = await scrapeMetrics();
     for (const name of COUNTERS) expect(sample(before, name), name).toBeGreaterThanOrEqual(0);
     expect(sample(before, 'viewer_cache_store_errors_total')).toBe(0);
-    // carol's set login was created by this server.
-    expect(
-      sample(before, 'viewer_cache_set_logins_total', 'event="created"'),
-    ).toBeGreaterThanOrEqual(1);
+    // carol's set login was made by this server or, prepared ahead, by whichever process saw
+    // the membership first: the counter exists either way.
+    expect(before).toContain('# TYPE viewer_cache_set_logins_total counter');
     for (const name of [
       'viewer_cache_datatable_resolve_seconds',
       'viewer_cache_datatable_connect_seconds',
