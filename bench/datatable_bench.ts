@@ -154,11 +154,32 @@ async function warmMiss(
       },
     },
   });
-  const expect = (viewer: string, rows: number) => async () => {
-    const result = await executor.run(jobFor(viewer, 'orders'));
-    if (result.value !== rows)
-      throw new BenchInvariantError(`${viewer} saw ${String(result.value)} rows`);
-  };
+  // The same runnables on an instance that skips the post-release login check, to show its cost.
+  const unchecked = await createDatatables({
+    connection: url,
+    secretKey: SECRET,
+    migrate: false,
+    pools: { checkOnRelease: false, prepareAhead: false },
+  });
+  const uncheckedExecutor = createExecutor({
+    datatables: unchecked,
+    runnables: {
+      orders: {
+        hash: 'v1',
+        fn: async (_args, ctx) => {
+          const client = await ctx.datatable('main', { as: 'viewer' });
+          return (await client.query(QUERY)).rows.length;
+        },
+      },
+    },
+  });
+  const expect =
+    (viewer: string, rows: number, through = executor) =>
+    async () => {
+      const result = await through.run(jobFor(viewer, 'orders'));
+      if (result.value !== rows)
+        throw new BenchInvariantError(`${viewer} saw ${String(result.value)} rows`);
+    };
   const scenarios: Scenario[] = [
     {
       id: 'pg_bare_query',
@@ -177,6 +198,18 @@ async function warmMiss(
       label: 'same for a viewer with two roles: `wm_set_` login known, pool warm',
       async: true,
       op: expect('carol@example.com', 10),
+    },
+    {
+      id: 'datatable_warm_miss_role_unchecked',
+      label: 'the one-role run with `pools.checkOnRelease: false` (no post-release login check)',
+      async: true,
+      op: expect('alice@example.com', 5, uncheckedExecutor),
+    },
+    {
+      id: 'datatable_warm_miss_set_unchecked',
+      label: 'the two-role run with `pools.checkOnRelease: false`',
+      async: true,
+      op: expect('carol@example.com', 10, uncheckedExecutor),
     },
   ];
   try {
@@ -200,6 +233,7 @@ async function warmMiss(
     });
   } finally {
     await bare.end();
+    await unchecked.close();
   }
 }
 

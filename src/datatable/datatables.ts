@@ -71,6 +71,14 @@ export interface RawDatatablesOptions {
      * @default true
      */
     prepareAhead?: boolean;
+    /**
+     * After each job, check (off the request path, one admin query per login at a time) that
+     * the runnable did not change its login — password, per-role settings, attributes,
+     * memberships — and take the login back if it did (SPEC invariant 15). Turning it off
+     * leaves such a change in place until the next authentication failure or pool open.
+     * @default true
+     */
+    checkOnRelease?: boolean;
   };
   /** @default silent */
   logger?: Logger;
@@ -209,7 +217,9 @@ class DatatableService implements Datatables {
       poolSize,
       idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
       statementTimeoutMs: resolveDuration(pools.statementTimeout ?? 0, 'pools.statementTimeout'),
-      onRelease: (login) => this.#leaser.released(login),
+      ...((pools.checkOnRelease ?? true)
+        ? { onRelease: (login: string) => this.#leaser.released(login) }
+        : {}),
       logger,
     });
     this.#leaser = new LoginLeaser({
