@@ -17,6 +17,7 @@ export {
   accessFromRoleName,
   accessToRoleName,
   DATATABLE_VIEWER_ROLE,
+  datatableRefOf,
   formatDatatableRef,
   parseDatatableRef,
   validateRoleName,

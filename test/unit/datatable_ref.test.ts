@@ -6,10 +6,13 @@ import {
   DATATABLE_VIEWER_ROLE,
   type DatatableAccess,
   type DatatableRef,
+  type DatatableRequest,
+  datatableRefOf,
   formatDatatableRef,
   parseDatatableRef,
   validateRoleName,
 } from '../../src/connector/datatable_ref.js';
+import { InvalidDatatableRefError } from '../../src/errors.js';
 
 // SPEC invariants 6 and 9: the reference grammar is strict, and role names reserve `admin`, the
 // `wm_set_` prefix and the viewer marker.
@@ -385,5 +388,42 @@ describe('property: whatever string is parsed, only the documented forms come ou
       }),
       { numRuns: 2000 },
     );
+  });
+});
+
+describe('datatableRefOf: ctx.datatable asks for exactly what a reference can', () => {
+  it.each([
+    [{}, 'datatable://main'],
+    [{ as: 'viewer' }, 'datatable://main?as=viewer'],
+    [{ role: 'sales_emea' }, 'datatable://main?role=sales_emea'],
+  ] as const)('%j is the reference %s', (request, text) => {
+    expect(datatableRefOf('main', request as DatatableRequest)).toEqual(parseDatatableRef(text));
+  });
+
+  it.each([
+    ['both as and role', { as: 'viewer', role: 'x' }, 'InvalidDatatableRefError'],
+    ['as other than viewer', { as: 'publisher' }, 'InvalidDatatableRefError'],
+    ['an unknown option', { as: 'viewer', scope: 1 }, 'InvalidDatatableRefError'],
+    ['a non-string role', { role: 7 }, 'InvalidDatatableRefError'],
+    ['a reserved role', { role: 'admin' }, 'InvalidRoleNameError'],
+    ['the viewer marker as a role', { role: DATATABLE_VIEWER_ROLE }, 'InvalidRoleNameError'],
+    ['a set login as a role', { role: 'wm_set_abc' }, 'InvalidRoleNameError'],
+    ['a request that is not an object', 'viewer', 'InvalidDatatableRefError'],
+  ])('refuses %s', (_what, request, name) => {
+    expect(() => datatableRefOf('main', request as unknown as DatatableRequest)).toThrow(
+      expect.objectContaining({ name }),
+    );
+  });
+
+  it.each(['', 'Main', '1abc', 'a/b', 'x'.repeat(64)])(
+    'refuses the name %j, as the grammar does',
+    (name) => {
+      expect(() => datatableRefOf(name)).toThrow(InvalidDatatableRefError);
+      expect(() => parseDatatableRef(`datatable://${name}`)).toThrow();
+    },
+  );
+
+  it('a name cannot smuggle a query: ctx.datatable("main?as=viewer") is refused', () => {
+    expect(() => datatableRefOf('main?as=viewer')).toThrow(InvalidDatatableRefError);
   });
 });
