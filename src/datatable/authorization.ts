@@ -110,8 +110,10 @@ export class JobAuthorization {
   }
 
   /**
-   * The authorization fingerprint: the catalog's id and generation, then the outcome of
-   * {@link grant} for every reference of the workspace, hashed. Computed once per instance.
+   * The authorization fingerprint: the catalog's id, then the outcome of {@link grant} for every
+   * reference of the workspace (each role with its version), hashed. Computed once per
+   * instance. The generation is left out on purpose: a change that grants this job nothing new
+   * and takes nothing away leaves its fingerprint, and so its cache entries, alone.
    */
   get fingerprint(): string {
     this.#fingerprint ??= this.#computeFingerprint();
@@ -135,14 +137,14 @@ export class JobAuthorization {
       }
     }
     const digest = hash('sha256', parts.join('\n'), 'base64url');
-    return `c${state.catalogId};g${state.generation};${digest}`;
+    return `c${state.catalogId};${digest}`;
   }
 
-  /** A grant as text: the database and role ids, or the refusal's code. */
+  /** A grant as text: the database and role ids with versions, or the refusal's code. */
   #outcome(ref: DatatableRef): string {
     try {
       const { datatable, roles } = this.grant(ref);
-      return `${JSON.stringify(datatable.database)}[${roles.map((role) => role.oid).join(',')}]`;
+      return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]`;
     } catch (err) {
       if (err instanceof ViewerCacheError) return `!${err.code}`;
       throw err;

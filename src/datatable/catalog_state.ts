@@ -12,6 +12,8 @@ export interface CatalogRole {
   /** Current name (from pg_roles, so a rename shows at once). */
   readonly name: string;
   readonly enabled: boolean;
+  /** Bumped on every disable and enable (part of every grant of the role). */
+  readonly version: number;
   readonly tenants: readonly string[];
   /** Nonce of the role's login password. */
   readonly secret: Buffer;
@@ -149,6 +151,7 @@ export async function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
       datatable: string;
       name: string;
       enabled: boolean;
+      version: string;
       tenants: string[];
       secret: Buffer;
       safe: boolean;
@@ -168,7 +171,7 @@ export async function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
         database: row.database,
         defaultRole: row.default_role === null ? null : Number(row.default_role),
       })),
-      roles.rows.map((row) => ({ ...row, oid: Number(row.oid) })),
+      roles.rows.map((row) => ({ ...row, oid: Number(row.oid), version: Number(row.version) })),
       memberships.rows,
       generation.rows[0]?.catalog_id ?? '',
     );

@@ -86,6 +86,15 @@ const MIGRATIONS: readonly Migration[] = [
          add column catalog_id text not null default gen_random_uuid()::text`,
     ],
   },
+  {
+    version: 4,
+    name: 'role versions',
+    statements: [
+      // Bumped whenever a role is disabled or enabled, and part of every grant in the
+      // fingerprint: entries computed before a disable never come back with a re-enable.
+      'alter table viewer_cache.role add column version bigint not null default 0',
+    ],
+  },
 ];
 
 /** The newest migration version this build knows. */

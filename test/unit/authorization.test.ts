@@ -29,6 +29,7 @@ interface Config {
     datatable: string;
     name: string;
     enabled: boolean;
+    version: number;
     safe: boolean;
     tenants: string[];
   }[];
@@ -51,6 +52,7 @@ const configArb: fc.Arbitrary<Config> = fc
         datatable: fc.constantFrom(...NAMES),
         name: fc.constantFrom('r1', 'r2', 'r3', 'r4', 'admin'),
         enabled: fc.boolean(),
+        version: fc.nat(3),
         safe: fc.boolean(),
         tenants: fc.subarray(TENANTS, { maxLength: 3 }),
       }),
@@ -105,7 +107,11 @@ function change(config: Config, c: Change): Config {
   const datatable = next.datatables[c.pick % Math.max(1, next.datatables.length)];
   switch (c.kind) {
     case 'toggle-enabled':
-      if (role) role.enabled = !role.enabled;
+      // As disableRole/enableRole do: the role's version moves with it.
+      if (role) {
+        role.enabled = !role.enabled;
+        role.version++;
+      }
       break;
     case 'toggle-safe':
       if (role) role.safe = !role.safe;
@@ -213,7 +219,15 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     const state = stateOf({
       datatables: [{ name: 'main', database: 'db1', defaultRole: null }],
       roles: [
-        { oid: 101, datatable: 'main', name: 'admin', enabled: true, safe: true, tenants: ['*'] },
+        {
+          oid: 101,
+          datatable: 'main',
+          name: 'admin',
+          enabled: true,
+          version: 0,
+          safe: true,
+          tenants: ['*'],
+        },
       ],
       memberships: [{ email: RUNNER, kind: 'admin', name: 'ws' }],
     });
@@ -230,11 +244,33 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     );
   });
 
-  it('the fingerprint carries the catalog id and generation', () => {
-    const config: Config = { datatables: [], roles: [], memberships: [] };
-    const a = authorizationOf(stateOf(config), VIEWER).fingerprint;
-    const other = new CatalogState(8, [], [], [], 'catalog');
-    const b = authorizationOf(other, VIEWER).fingerprint;
-    expect(a).not.toBe(b);
+  it('the fingerprint carries the catalog id, not the generation', () => {
+    const config: Config = {
+      datatables: [{ name: 'main', database: 'db1', defaultRole: null }],
+      roles: [
+        {
+          oid: 101,
+          datatable: 'main',
+          name: 'r1',
+          enabled: true,
+          version: 0,
+          safe: true,
+          tenants: ['*'],
+        },
+      ],
+      memberships: [],
+    };
+    const roles = (c: Config): CatalogRole[] =>
+      c.roles.map((r) => ({ workspace: WS, secret: Buffer.alloc(0), ...r }));
+    const datatables = config.datatables.map((d) => ({ workspace: WS, ...d }));
+    const at = (generation: number, catalogId: string, c = config) =>
+      authorizationOf(new CatalogState(generation, datatables, roles(c), [], catalogId), VIEWER)
+        .fingerprint;
+    expect(at(7, 'catalog')).toBe(at(8, 'catalog'));
+    expect(at(7, 'catalog')).not.toBe(at(7, 'another catalog'));
+    // Disabled and enabled again: same grants, but never the same fingerprint as before.
+    const cycled = structuredClone(config);
+    cycled.roles[0]!.version = 2;
+    expect(at(9, 'catalog', cycled)).not.toBe(at(7, 'catalog'));
   });
 });

@@ -11,7 +11,7 @@ export const READ_DATATABLES =
  */
 export const READ_ROLES = `
   select r.oid, r.workspace, r.datatable, coalesce(a.rolname, r.name) as name, r.enabled,
-         r.tenants, r.secret,
+         r.tenants, r.secret, r.version,
          (a.oid is not null and not a.rolsuper and not a.rolbypassrls) as safe
     from viewer_cache.role r
     left join pg_catalog.pg_roles a on a.oid = r.oid

@@ -34,7 +34,8 @@ export const FIND_ROLE = `
 
 export const RENAME_ROLE = 'update viewer_cache.role set name = $2 where oid = $1';
 export const SET_TENANTS = 'update viewer_cache.role set tenants = $2 where oid = $1';
-export const SET_ENABLED = 'update viewer_cache.role set enabled = $2 where oid = $1';
+export const SET_ENABLED =
+  'update viewer_cache.role set enabled = $2, version = version + 1 where oid = $1';
 export const DELETE_ROLE = 'delete from viewer_cache.role where oid = $1';
 export const CLEAR_DEFAULT_ROLE =
   'update viewer_cache.datatable set default_role = null where default_role = $1';
