@@ -12,6 +12,7 @@ import {
   type Datatables,
   type Job,
   MemoryCacheStore,
+  type RunContext,
   withResultCache,
 } from '../src/index.js';
 import { BenchInvariantError, type LatencyPlan, measureLatency, type Scenario } from './helpers.js';
@@ -161,6 +162,24 @@ async function warmMiss(
     migrate: false,
     pools: { checkOnRelease: false, prepareAhead: false },
   });
+  // And on one that binds no viewer identity, to show the cost of the binding.
+  const anonymous = await createDatatables({
+    connection: url,
+    secretKey: SECRET,
+    migrate: false,
+    viewerIdentity: false,
+    pools: { prepareAhead: false },
+  });
+  const runnables = {
+    orders: {
+      hash: 'v1',
+      fn: async (_args: Record<string, unknown>, ctx: RunContext) => {
+        const client = await ctx.datatable('main', { as: 'viewer' });
+        return (await client.query(QUERY)).rows.length;
+      },
+    },
+  };
+  const noIdentityExecutor = createExecutor({ datatables: anonymous, runnables });
   const uncheckedExecutor = createExecutor({
     datatables: unchecked,
     runnables: {
@@ -200,6 +219,18 @@ async function warmMiss(
       op: expect('carol@example.com', 10),
     },
     {
+      id: 'datatable_warm_miss_role_no_identity',
+      label: 'the one-role run with `viewerIdentity: false` (no viewer bound to the backend)',
+      async: true,
+      op: expect('alice@example.com', 5, noIdentityExecutor),
+    },
+    {
+      id: 'datatable_warm_miss_set_no_identity',
+      label: 'the two-role run with `viewerIdentity: false`',
+      async: true,
+      op: expect('carol@example.com', 10, noIdentityExecutor),
+    },
+    {
       id: 'datatable_warm_miss_role_unchecked',
       label: 'the one-role run with `pools.checkOnRelease: false` (no post-release login check)',
       async: true,
@@ -234,6 +265,7 @@ async function warmMiss(
   } finally {
     await bare.end();
     await unchecked.close();
+    await anonymous.close();
   }
 }
 

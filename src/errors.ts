@@ -218,6 +218,15 @@ export const InvalidDataError = defineError(
 );
 export type InvalidDataError = InstanceType<typeof InvalidDataError>;
 
+/** A policy or runnable read a viewer attribute the viewer was not given (SQLSTATE VC402). */
+export const NoViewerAttributeError = defineError(
+  'E_NO_VIEWER_ATTRIBUTE',
+  'NoViewerAttributeError',
+  'the viewer was not given the attribute this query reads',
+  403,
+);
+export type NoViewerAttributeError = InstanceType<typeof NoViewerAttributeError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -240,6 +249,7 @@ export const errors = {
   E_CATALOG: CatalogError,
   E_CONNECTION_LOST: ConnectionLostError,
   E_INVALID_DATA: InvalidDataError,
+  E_NO_VIEWER_ATTRIBUTE: NoViewerAttributeError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

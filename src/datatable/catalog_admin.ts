@@ -39,6 +39,8 @@ export interface CatalogAdminOptions {
    * serving its in-memory catalog before its own NOTIFY comes back.
    */
   onCommitted?: (generation: number) => void;
+  /** Called after a data table is registered, to install what policies may call there. */
+  onDatatableCreated?: (database: string) => Promise<void> | undefined;
   logger?: Logger;
 }
 
@@ -78,9 +80,18 @@ export class CatalogAdmin {
     if (typeof options?.database !== 'string' || options.database.length === 0) {
       throw new CatalogError('database must name the Postgres database of the data table');
     }
-    return this.#change(async (client) => {
+    const change = await this.#change(async (client) => {
       await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
     });
+    try {
+      await this.#options.onDatatableCreated?.(options.database);
+    } catch (err) {
+      throw new CatalogError(
+        `data table ${name} registered, but the viewer-identity functions could not be installed in its database; grant the library's role CREATE there and retry`,
+        { cause: err, datatable: name },
+      );
+    }
+    return change;
   }
 
   /** The role plain `datatable://NAME` connects as; `null` refuses such references. */

@@ -18,8 +18,10 @@ import { LoginPools } from './login_pools.js';
 import { LoginRepair } from './login_repair.js';
 import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
+import type { PooledLease } from './pooled_lease.js';
 import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
+import { ViewerIdentities, type ViewerIdentity } from './viewer_identity.js';
 
 export interface RawDatatablesOptions {
   /**
@@ -80,6 +82,13 @@ export interface RawDatatablesOptions {
      */
     checkOnRelease?: boolean;
   };
+  /**
+   * Bind the run's viewer to every `?as=viewer` connection, so that policies can read it with
+   * `viewer_cache.viewer_email()` (and `viewer_cache.viewer_attribute(name)`); the functions are
+   * installed in each data-table database. Costs one privileged round trip per viewer lease.
+   * @default true
+   */
+  viewerIdentity?: boolean;
   /** @default silent */
   logger?: Logger;
 }
@@ -155,6 +164,7 @@ class DatatableService implements Datatables {
   readonly #pools: LoginPools;
   readonly #leaser: LoginLeaser;
   readonly #warmer: SetLoginWarmer | null;
+  readonly #identities: ViewerIdentities | null;
   readonly #directory: Directory | null;
   readonly #logger: Logger;
   #closed = false;
@@ -240,6 +250,8 @@ class DatatableService implements Datatables {
         if (state !== null) warmer.refreshed(state);
       });
     }
+    this.#identities =
+      (options.viewerIdentity ?? true) ? new ViewerIdentities(adminConfig, logger) : null;
     this.admin = new CatalogAdmin({
       pool: this.#pool,
       adminConfig,
@@ -250,6 +262,7 @@ class DatatableService implements Datatables {
         this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      onDatatableCreated: (database) => this.#identities?.install(database),
       logger,
     });
   }
@@ -280,6 +293,10 @@ class DatatableService implements Datatables {
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
       const lease = await this.#leaser.lease(roles, datatable.database);
+      const viewer = job.perms.endUserEmail;
+      if (ref.access.kind === 'viewer' && viewer !== null && this.#identities !== null) {
+        await this.#bind(lease, datatable.database, { email: viewer, attributes: {} });
+      }
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
       return lease;
@@ -294,6 +311,21 @@ class DatatableService implements Datatables {
       if (this.events.has('datatable:refused'))
         this.events.emit('datatable:refused', { code: err.code, access });
       throw err;
+    }
+  }
+
+  /** Binds the viewer to the lent backend, and unbinds before it is pooled again. */
+  async #bind(lease: PooledLease, database: string, identity: ViewerIdentity): Promise<void> {
+    const identities = this.#identities!;
+    const backend = lease.backend;
+    lease.beforeReturn(() => identities.unbind(database, backend.pid));
+    try {
+      await identities.bind(database, backend, identity);
+    } catch (err) {
+      await lease.release(true);
+      throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
+        cause: err,
+      });
     }
   }
 
@@ -331,6 +363,7 @@ class DatatableService implements Datatables {
     this.#leaser.close();
     await this.#snapshot.close();
     await this.#pools.close();
+    await this.#identities?.close();
     await this.#pool.end().catch(() => {});
   }
 

@@ -1,10 +1,10 @@
-import type { DatatableLease } from '../connector/datatable_connector.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { SingleFlight } from '../util/single_flight.js';
 import type { CatalogRole } from './catalog_state.js';
 import { LoginAuthFailed, type LoginPools } from './login_pools.js';
 import type { ExpectedLogin, LoginRepair } from './login_repair.js';
 import type { PasswordDeriver } from './passwords.js';
+import type { PooledLease } from './pooled_lease.js';
 import { RoleSetProtocol } from './role_set_protocol.js';
 
 export interface LoginLeaserOptions {
@@ -63,7 +63,7 @@ export class LoginLeaser {
    * @throws {LoginAuthFailed} when the login still refuses after one repair.
    * @throws {RoleResolutionFailedError} when a set login cannot be prepared.
    */
-  lease(roles: readonly CatalogRole[], database: string): Promise<DatatableLease> {
+  lease(roles: readonly CatalogRole[], database: string): Promise<PooledLease> {
     if (roles.length === 1) return this.#leaseOwn(roles[0]!, database);
     return this.#leaseSet(
       roles.map((role) => role.oid),
@@ -79,7 +79,7 @@ export class LoginLeaser {
   async prepareAhead(oids: readonly number[], database: string): Promise<void> {
     const login = RoleSetProtocol.loginName(oids);
     if (this.#known.has(login) || this.#flights.get(login) !== undefined) return;
-    let proof: DatatableLease | undefined;
+    let proof: PooledLease | undefined;
     try {
       const password = await this.#flights.run(login, () =>
         this.#protocol.prepare(login, oids, database, {
@@ -142,7 +142,7 @@ export class LoginLeaser {
     }
   }
 
-  async #leaseOwn(role: CatalogRole, database: string): Promise<DatatableLease> {
+  async #leaseOwn(role: CatalogRole, database: string): Promise<PooledLease> {
     const password = this.#passwords.forRole(role.oid, role.secret);
     this.#watched.set(role.name, {
       expected: { login: role.name, password },
@@ -163,7 +163,7 @@ export class LoginLeaser {
     }
   }
 
-  async #leaseSet(oids: readonly number[], database: string): Promise<DatatableLease> {
+  async #leaseSet(oids: readonly number[], database: string): Promise<PooledLease> {
     const login = RoleSetProtocol.loginName(oids);
     const known = this.#known.get(login);
     if (known === undefined) return this.#prepareAndLease(login, oids, database, undefined);
@@ -191,8 +191,8 @@ export class LoginLeaser {
     oids: readonly number[],
     database: string,
     refused: string | undefined,
-  ): Promise<DatatableLease> {
-    let proof: DatatableLease | undefined;
+  ): Promise<PooledLease> {
+    let proof: PooledLease | undefined;
     const flight =
       this.#flights.get(login) ??
       this.#flights.run(login, () =>

@@ -1,5 +1,4 @@
 import pg from 'pg';
-import type { DatatableLease } from '../connector/datatable_connector.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { PooledLease } from './pooled_lease.js';
 
@@ -66,7 +65,7 @@ export class LoginPools {
    * A connection as `login` on `database`.
    * @throws {LoginAuthFailed} when the password is refused (the pool is dropped).
    */
-  async lease(database: string, login: string, password: string): Promise<DatatableLease> {
+  async lease(database: string, login: string, password: string): Promise<PooledLease> {
     if (this.#closed) throw new Error('login pools are closed');
     const key = `${database}\0${login}`;
     let entry = this.#pools.get(key);

@@ -4,9 +4,15 @@ import type {
   DatatableLease,
   DatatableQueryResult,
 } from '../connector/datatable_connector.js';
-import { ConnectionLostError, InvalidDataError } from '../errors.js';
+import {
+  ConnectionLostError,
+  InvalidDataError,
+  NoViewerAttributeError,
+  NoViewerError,
+} from '../errors.js';
 import type { Logger } from '../logger.js';
 import { isConnectionLost } from './pg_clients.js';
+import { NO_ATTRIBUTE, NO_IDENTITY } from './sql/identity.js';
 
 /**
  * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
@@ -24,6 +30,8 @@ export class PooledLease implements DatatableLease {
     this.#broken ??= err;
   };
   readonly #login: string;
+  /** Runs after the reset and before the connection goes back (unbinding its identity). */
+  #beforeReturn: (() => Promise<void>) | null = null;
   readonly #onReleased: (lease: PooledLease, login: string) => void;
   readonly client: DatatableClient;
 
@@ -46,6 +54,29 @@ export class PooledLease implements DatatableLease {
     });
   }
 
+  /** Which backend this is: pid and client socket, to bind an identity to exactly it. */
+  get backend(): { pid: number; clientAddress: string | null; clientPort: number | null } {
+    const client = this.#client as unknown as {
+      processID?: number;
+      connection?: { stream?: { localAddress?: string; localPort?: number } };
+    } | null;
+    const stream = client?.connection?.stream;
+    return {
+      pid: client?.processID ?? 0,
+      clientAddress: stream?.localAddress ?? null,
+      clientPort: stream?.localPort ?? null,
+    };
+  }
+
+  get login(): string {
+    return this.#login;
+  }
+
+  /** Registers work that must succeed before this connection may be pooled again. */
+  beforeReturn(fn: () => Promise<void>): void {
+    this.#beforeReturn = fn;
+  }
+
   async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
     const client = this.#client;
     if (client === null)
@@ -64,6 +95,15 @@ export class PooledLease implements DatatableLease {
       // Class 22 (data exception: a NUL byte, bad encoding, out-of-range value…) is the
       // request's fault, not the server's: a coded 4xx instead of a runnable failure.
       const code = (err as { code?: unknown }).code;
+      if (code === NO_IDENTITY) {
+        throw new NoViewerError(
+          'this connection carries no viewer identity: only a run with a viewer, connected with ?as=viewer, has one',
+          { cause: err },
+        );
+      }
+      if (code === NO_ATTRIBUTE) {
+        throw new NoViewerAttributeError(undefined, { cause: err });
+      }
       if (typeof code === 'string' && code.startsWith('22')) {
         throw new InvalidDataError(`the database refused a value: ${(err as Error).message}`, {
           cause: err,
@@ -82,12 +122,15 @@ export class PooledLease implements DatatableLease {
     if (client === null) return;
     this.#client = null;
     if (destroy || this.#broken !== null) {
+      // Best effort: a destroyed backend's binding matches nothing anyway (see sql/identity.ts).
+      this.#beforeReturn?.().catch(() => {});
       this.#finish(client, this.#broken ?? true);
       return;
     }
     // Not awaited: the job's result need not wait for the reset; the connection is simply not
-    // back in the pool until it is clean. The error listener stays on until then.
-    client.query('discard all').then(
+    // back in the pool until it is clean (and unbound). The error listener stays on until then.
+    // The unbind runs on the privileged side beside the reset; both must succeed.
+    Promise.all([client.query('discard all'), this.#beforeReturn?.()]).then(
       () => this.#finish(client, this.#broken ?? false),
       (err: unknown) => {
         this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
