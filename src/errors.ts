@@ -227,6 +227,15 @@ export const NoViewerAttributeError = defineError(
 );
 export type NoViewerAttributeError = InstanceType<typeof NoViewerAttributeError>;
 
+/** The runnable requires a data-table role its viewer does not hold (checked before it runs). */
+export const RoleRequiredError = defineError(
+  'E_ROLE_REQUIRED',
+  'RoleRequiredError',
+  'this runnable requires a data-table role the viewer does not hold',
+  403,
+);
+export type RoleRequiredError = InstanceType<typeof RoleRequiredError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -250,6 +259,7 @@ export const errors = {
   E_CONNECTION_LOST: ConnectionLostError,
   E_INVALID_DATA: InvalidDataError,
   E_NO_VIEWER_ATTRIBUTE: NoViewerAttributeError,
+  E_ROLE_REQUIRED: RoleRequiredError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

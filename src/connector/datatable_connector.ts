@@ -39,4 +39,10 @@ export interface DatatableConnector {
    * carrying a stable code, when the job may not have it — never falls back to a wider login.
    */
   connect(job: Job, ref: DatatableRef): Promise<DatatableLease>;
+  /**
+   * Whether the job's viewer holds data-table role `role` of data table `datatable` (a tenant
+   * of it, enabled), on a catalog no older than the call. `false` when the run has no viewer.
+   * Never opens a connection.
+   */
+  viewerHolds?(job: Job, datatable: string, role: string): Promise<boolean>;
 }

@@ -110,6 +110,20 @@ export class JobAuthorization {
   }
 
   /**
+   * Whether the viewer holds role `role` of `datatable`: one of the roles `?as=viewer` would
+   * grant. Part of the fingerprint by construction (it reads the same grant).
+   */
+  viewerHolds(datatable: string, role: string): boolean {
+    try {
+      const { roles } = this.grant({ name: datatable, access: { kind: 'viewer' } });
+      return roles.some((held) => held.name === role);
+    } catch (err) {
+      if (err instanceof ViewerCacheError) return false;
+      throw err;
+    }
+  }
+
+  /**
    * The authorization fingerprint: the catalog's id, then the outcome of {@link grant} for every
    * reference of the workspace (each role with its version), hashed. Computed once per
    * instance. The generation is left out on purpose: a change that grants this job nothing new

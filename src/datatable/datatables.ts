@@ -314,6 +314,10 @@ class DatatableService implements Datatables {
     }
   }
 
+  async viewerHolds(job: Job, datatable: string, role: string): Promise<boolean> {
+    return (await this.#authorizations.of(job)).viewerHolds(datatable, role);
+  }
+
   /** Binds the viewer to the lent backend, and unbinds before it is pooled again. */
   async #bind(lease: PooledLease, database: string, identity: ViewerIdentity): Promise<void> {
     const identities = this.#identities!;

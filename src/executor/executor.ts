@@ -13,6 +13,7 @@ import {
   ExecutorFailedError,
   ExecutorTimeoutError,
   InvalidJobError,
+  RoleRequiredError,
   UnknownRunnableError,
   ViewerCacheError,
 } from '../errors.js';
@@ -28,7 +29,13 @@ import {
 import { type Logger, silentLogger } from '../logger.js';
 import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
 
-export type { RunContext, RunnableDefinition, SqlRunnable, TsRunnable } from './runnable.js';
+export type {
+  RequiredRole,
+  RunContext,
+  RunnableDefinition,
+  SqlRunnable,
+  TsRunnable,
+} from './runnable.js';
 export type { DatatableRequest };
 
 export interface RawExecutorOptions {
@@ -235,6 +242,21 @@ async function runDefinition(
     deps.leases.push(lease);
     return lease;
   };
+  const hasRole = async (datatable: string, role: string): Promise<boolean> => {
+    const connector = deps.datatables;
+    if (connector?.viewerHolds === undefined) throw new DatatableUnavailableError();
+    datatableRefOf(datatable, { role }); // the same names a reference accepts
+    return connector.viewerHolds(job, datatable, role);
+  };
+  const requireRole = async (datatable: string, role: string): Promise<void> => {
+    if (!(await hasRole(datatable, role))) {
+      throw new RoleRequiredError(undefined, { datatable, role });
+    }
+  };
+  // Declared requirements are checked before any of the runnable's code runs.
+  if (definition.requiresRole !== undefined) {
+    await requireRole(definition.requiresRole.datatable, definition.requiresRole.role);
+  }
   // The runnable sees a private copy made through JSON: exactly the data the key was built from.
   const args = JSON.parse(JSON.stringify(job.args)) as Record<string, unknown>;
 
@@ -259,6 +281,8 @@ async function runDefinition(
     async datatable(name, request = {}) {
       return (await connect(datatableRefOf(name, request))).client;
     },
+    hasRole,
+    requireRole,
   };
   return definition.fn(args, ctx);
 }

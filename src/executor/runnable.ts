@@ -1,6 +1,10 @@
 import { hash } from 'node:crypto';
 import type { DatatableClient } from '../connector/datatable_connector.js';
-import { type DatatableRequest, parseDatatableRef } from '../connector/datatable_ref.js';
+import {
+  type DatatableRequest,
+  datatableRefOf,
+  parseDatatableRef,
+} from '../connector/datatable_ref.js';
 
 /** What a TypeScript runnable receives beside its args. */
 export interface RunContext {
@@ -30,6 +34,22 @@ export interface RunContext {
    * exactly the viewer's roles, `{ role }` one named role, `{}` the data table's default role.
    */
   datatable(name: string, request?: DatatableRequest): Promise<DatatableClient>;
+  /**
+   * Whether the viewer holds data-table role `role` of data table `datatable` (aggregate-only
+   * runnables check this before computing anything). `false` when the run has no viewer.
+   */
+  hasRole(datatable: string, role: string): Promise<boolean>;
+  /**
+   * Refuses the run with `E_ROLE_REQUIRED` unless the viewer holds the role. A refusal is an
+   * error, so it is never cached.
+   */
+  requireRole(datatable: string, role: string): Promise<void>;
+}
+
+/** A data-table role a runnable requires of its viewer, checked before any of its code runs. */
+export interface RequiredRole {
+  readonly datatable: string;
+  readonly role: string;
 }
 
 /** A runnable written in TypeScript. */
@@ -40,6 +60,8 @@ export interface TsRunnable {
   readonly hash?: string;
   /** Default cache TTL of jobs created for it with {@link Executor.createJob}. */
   readonly cacheTtlS?: number;
+  /** Refuse (`E_ROLE_REQUIRED`) before running unless the viewer holds this role. */
+  readonly requiresRole?: RequiredRole;
 }
 
 /** A SQL script whose `database` argument is a data-table reference. Its result is the rows. */
@@ -54,6 +76,8 @@ export interface SqlRunnable {
   /** Content version; defaults to a hash of database, sql and params. */
   readonly hash?: string;
   readonly cacheTtlS?: number;
+  /** Refuse (`E_ROLE_REQUIRED`) before running unless the viewer holds this role. */
+  readonly requiresRole?: RequiredRole;
 }
 
 export type RunnableDefinition = TsRunnable | SqlRunnable;
@@ -61,6 +85,13 @@ export type RunnableDefinition = TsRunnable | SqlRunnable;
 export function versionOf(path: string, definition: RunnableDefinition): string {
   if (definition === null || typeof definition !== 'object') {
     throw new TypeError(`runnable ${path} must be an object`);
+  }
+  const required = definition.requiresRole;
+  if (required !== undefined) {
+    if (typeof required?.datatable !== 'string' || typeof required.role !== 'string') {
+      throw new TypeError(`runnable ${path}: requiresRole is { datatable, role }`);
+    }
+    datatableRefOf(required.datatable, { role: required.role }); // same grammar as a reference
   }
   if (definition.hash !== undefined) {
     if (typeof definition.hash !== 'string' || definition.hash.length === 0) {
