@@ -31,6 +31,7 @@ export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
 export type { Directory, MembershipKind, Principals } from './datatable/directory.js';
+export type { GoverningTableInfo } from './datatable/governing.js';
 export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/migrations.js';
 export type { ByteSize, Duration } from './duration.js';
 export type { ErrorCode } from './errors.js';

@@ -27,6 +27,11 @@ export interface Grant {
   readonly datatable: CatalogDatatable;
   /** At least one, sorted by catalog id: one role → its own login, several → their set login. */
   readonly roles: readonly CatalogRole[];
+  /**
+   * The change stamps of the data table's governing tables that can alter what this connection
+   * sees: for the viewer, the table-wide stamp and their own; for a role, any change.
+   */
+  readonly governing: string;
 }
 
 /**
@@ -76,7 +81,11 @@ export class JobAuthorization {
           datatable.name,
         );
         if (roles.length === 0) throw new NoRolesError(undefined, context);
-        return { datatable, roles };
+        const governing = state
+          .governing(workspace, datatable.name)
+          .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
+          .join(',');
+        return { datatable, roles, governing };
       }
       case 'role': {
         const name = ref.access.role;
@@ -93,7 +102,7 @@ export class JobAuthorization {
             { ...context, role: name },
           );
         }
-        return { datatable, roles: [role] };
+        return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
       case 'default': {
         if (datatable.defaultRole === null) throw new NoDefaultRoleError(undefined, context);
@@ -104,9 +113,17 @@ export class JobAuthorization {
             ...(role === undefined ? {} : { role: role.name }),
           });
         }
-        return { datatable, roles: [role] };
+        return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
     }
+  }
+
+  /** Stamps of any change to the data table's governing tables (connections with no viewer). */
+  #anyChange(datatable: string): string {
+    return this.#state
+      .governing(this.#parties.workspace, datatable)
+      .map((t) => `${t.relation}:${t.latest}`)
+      .join(',');
   }
 
   /**
@@ -157,8 +174,8 @@ export class JobAuthorization {
   /** A grant as text: the database and role ids with versions, or the refusal's code. */
   #outcome(ref: DatatableRef): string {
     try {
-      const { datatable, roles } = this.grant(ref);
-      return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]`;
+      const { datatable, roles, governing } = this.grant(ref);
+      return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
     } catch (err) {
       if (err instanceof ViewerCacheError) return `!${err.code}`;
       throw err;

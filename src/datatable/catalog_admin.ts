@@ -6,6 +6,12 @@ import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../errors
 import { WORKSPACE_RE } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type MembershipKind, validateTenant } from './directory.js';
+import {
+  addGoverningTable,
+  type GoverningTableInfo,
+  listGoverningTables,
+  removeGoverningTable,
+} from './governing.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { withClient, withPooledClient } from './pg_clients.js';
 import type { RoleSetProtocol } from './role_set_protocol.js';
@@ -281,6 +287,41 @@ export class CatalogAdmin {
     return this.#change(async (client) => {
       await client.query(statement, [workspace, email, kind, name]);
     });
+  }
+
+  /**
+   * Declares `table` (in the catalog's database) a governing table of `datatable`: any change
+   * to its rows — by anyone, through any connection — makes the affected viewers' next run miss
+   * (every viewer's, when `viewerColumn` is not given or a change is a truncate). Idempotent.
+   */
+  async addGoverningTable(
+    workspace: string,
+    datatable: string,
+    table: string,
+    options: { viewerColumn?: string } = {},
+  ): Promise<CatalogChange> {
+    checkWorkspace(workspace);
+    const viewerColumn = options.viewerColumn ?? null;
+    if (viewerColumn !== null && (typeof viewerColumn !== 'string' || viewerColumn.length === 0)) {
+      throw new CatalogError('viewerColumn must name a column', { datatable });
+    }
+    return this.#change((client) =>
+      addGoverningTable(client, workspace, datatable, table, viewerColumn),
+    );
+  }
+
+  /** Removes a governing table's declaration and triggers. Idempotent. */
+  async removeGoverningTable(
+    workspace: string,
+    datatable: string,
+    table: string,
+  ): Promise<CatalogChange> {
+    checkWorkspace(workspace);
+    return this.#change((client) => removeGoverningTable(client, workspace, datatable, table));
+  }
+
+  listGoverningTables(workspace: string): Promise<GoverningTableInfo[]> {
+    return listGoverningTables(this.#pool, workspace);
   }
 
   async listRoles(workspace: string): Promise<RoleInfo[]> {

@@ -31,6 +31,16 @@ export interface CatalogDatatable {
   readonly defaultRole: number | null;
 }
 
+/** One governing table of a data table, with its change stamps (see governing.ts). */
+export interface GoverningStamps {
+  readonly relation: number;
+  /** Stamp of changes that concern every viewer ('' row): truncate, no viewer column, null. */
+  readonly wide: string;
+  /** Stamp of the table's latest change of any kind. */
+  readonly latest: string;
+  readonly byViewer: ReadonlyMap<string, string>;
+}
+
 /** An immutable, consistent read of the whole catalog at one generation. */
 export class CatalogState {
   readonly #datatables = new Map<string, CatalogDatatable>();
@@ -38,6 +48,7 @@ export class CatalogState {
   readonly #rolesByWorkspace = new Map<string, CatalogRole[]>();
   readonly #roleByOid = new Map<number, CatalogRole>();
   readonly #roleByName = new Map<string, CatalogRole>();
+  readonly #governing = new Map<string, GoverningStamps[]>();
   readonly #principals = new Map<
     string,
     { groups: string[]; folders: string[]; isAdmin: boolean }
@@ -55,7 +66,9 @@ export class CatalogState {
     }[],
     /** Random id of this catalog (migration 3), so fingerprints of two catalogs never meet. */
     readonly catalogId = '',
+    governing: readonly GoverningRow[] = [],
   ) {
+    this.#indexGoverning(governing);
     for (const datatable of [...datatables].sort((a, b) => (a.name < b.name ? -1 : 1))) {
       this.#datatables.set(`${datatable.workspace}\0${datatable.name}`, datatable);
       const list = this.#datatablesByWorkspace.get(datatable.workspace) ?? [];
@@ -103,6 +116,40 @@ export class CatalogState {
     return this.#roleByName.get(`${workspace}\0${name}`);
   }
 
+  /** Governing tables of a data table, by relation id. */
+  governing(workspace: string, datatable: string): readonly GoverningStamps[] {
+    return this.#governing.get(`${workspace}\0${datatable}`) ?? [];
+  }
+
+  #indexGoverning(rows: readonly GoverningRow[]): void {
+    const tables = new Map<
+      string,
+      Map<number, { wide: string; latest: string; byViewer: Map<string, string> }>
+    >();
+    for (const row of rows) {
+      const key = `${row.workspace}\0${row.datatable}`;
+      let byRelation = tables.get(key);
+      if (byRelation === undefined) tables.set(key, (byRelation = new Map()));
+      let table = byRelation.get(row.relation);
+      if (table === undefined) {
+        table = { wide: '', latest: '', byViewer: new Map() };
+        byRelation.set(row.relation, table);
+      }
+      if (row.viewer === null || row.version === null) continue;
+      if (row.viewer === '') table.wide = row.version;
+      else table.byViewer.set(row.viewer, row.version);
+      // Stamps are transaction ids: numerically larger is later.
+      if (table.latest === '' || BigInt(row.version) > BigInt(table.latest))
+        table.latest = row.version;
+    }
+    for (const [key, byRelation] of tables) {
+      this.#governing.set(
+        key,
+        [...byRelation].sort(([a], [b]) => a - b).map(([relation, t]) => ({ relation, ...t })),
+      );
+    }
+  }
+
   /** Memberships from the built-in directory. */
   principals(workspace: string, email: string): Principals {
     return this.#principals.get(`${workspace}\0${email}`) ?? NO_PRINCIPALS;
@@ -131,10 +178,19 @@ export class CatalogState {
  * Reads the whole catalog in one repeatable-read snapshot, so the generation and the contents
  * agree.
  */
+/** A row of READ_GOVERNING. */
+export interface GoverningRow {
+  readonly workspace: string;
+  readonly datatable: string;
+  readonly relation: number;
+  readonly viewer: string | null;
+  readonly version: string | null;
+}
+
 export async function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
   const client = await pool.connect();
   try {
-    // One snapshot for all four reads, so generation and contents agree.
+    // One snapshot for every read, so generation and contents agree.
     await client.query('begin transaction isolation level repeatable read read only');
     const generation = await client.query<{ value: string; catalog_id: string }>(
       sql.READ_GENERATION,
@@ -162,6 +218,7 @@ export async function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
       kind: MembershipKind;
       name: string;
     }>(sql.READ_MEMBERSHIPS);
+    const governing = await client.query<GoverningRow>(sql.READ_GOVERNING);
     await client.query('commit');
     return new CatalogState(
       Number(generation.rows[0]?.value ?? 0),
@@ -174,6 +231,7 @@ export async function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
       roles.rows.map((row) => ({ ...row, oid: Number(row.oid), version: Number(row.version) })),
       memberships.rows,
       generation.rows[0]?.catalog_id ?? '',
+      governing.rows.map((row) => ({ ...row, relation: Number(row.relation) })),
     );
   } catch (err) {
     await client.query('rollback').catch(() => {});

@@ -95,6 +95,63 @@ const MIGRATIONS: readonly Migration[] = [
       'alter table viewer_cache.role add column version bigint not null default 0',
     ],
   },
+  {
+    version: 5,
+    name: 'governing tables',
+    statements: [
+      // Tables whose rows govern who sees what (an entitlements table): a change to their rows
+      // reaches every process's fingerprint through the catalog generation (see governing.ts).
+      `create table viewer_cache.governing_table (
+        workspace text not null,
+        datatable text not null,
+        relation oid not null,
+        viewer_column text,
+        primary key (workspace, datatable, relation)
+      )`,
+      // The last change per table ('' = any row) and per viewer named in a changed row.
+      `create table viewer_cache.governing_version (
+        relation oid not null,
+        viewer text not null,
+        version text not null,
+        primary key (relation, viewer)
+      )`,
+      `create function viewer_cache.governing_changed() returns trigger
+         language plpgsql security definer
+         set search_path = pg_catalog, pg_temp
+       as $vc$
+       declare
+         col text := TG_ARGV[0];
+         rows_from text := TG_ARGV[1];
+         affected text[];
+         stamp text := pg_current_xact_id()::text;
+         generation bigint;
+       begin
+         if TG_OP = 'TRUNCATE' or col = '' then
+           affected := array[''];
+         elsif rows_from = 'new' then
+           execute format('select array_agg(distinct %I::text) from new_rows', col) into affected;
+         elsif rows_from = 'old' then
+           execute format('select array_agg(distinct %I::text) from old_rows', col) into affected;
+         else
+           execute format(
+             'select array_agg(distinct v) from (select %I::text as v from new_rows
+                                                 union all select %I::text from old_rows) x',
+             col, col) into affected;
+         end if;
+         if affected is null then
+           return null; -- a statement that touched no row changes nothing
+         end if;
+         insert into viewer_cache.governing_version (relation, viewer, version)
+         select TG_RELID, coalesce(v, ''), stamp from unnest(affected) v
+         on conflict (relation, viewer) do update set version = excluded.version;
+         update viewer_cache.generation set value = value + 1 returning value into generation;
+         perform pg_notify('${CATALOG_CHANNEL}', generation::text);
+         return null;
+       end
+       $vc$`,
+      'revoke all on function viewer_cache.governing_changed() from public',
+    ],
+  },
 ];
 
 /** The newest migration version this build knows. */

@@ -18,3 +18,10 @@ export const READ_ROLES = `
    order by r.oid`;
 
 export const READ_MEMBERSHIPS = 'select workspace, email, kind, name from viewer_cache.membership';
+
+/** Governing tables with their stamps: '' is the table's own, others are per viewer. */
+export const READ_GOVERNING = `
+  select g.workspace, g.datatable, g.relation, v.viewer, v.version
+    from viewer_cache.governing_table g
+    left join viewer_cache.governing_version v on v.relation = g.relation
+   order by g.relation`;
