@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { withPooledClient } from './pg_clients.js';
 
 /** Schema of the catalog tables, in the catalog database. */
 export const CATALOG_SCHEMA = 'viewer_cache';
@@ -164,8 +165,11 @@ export const LATEST_CATALOG_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version
  *
  * @returns the versions applied by this call (empty when already current).
  */
-export async function migrateCatalog(pool: pg.Pool): Promise<number[]> {
-  const client = await pool.connect();
+export function migrateCatalog(pool: pg.Pool): Promise<number[]> {
+  return withPooledClient(pool, (client) => migrate(client));
+}
+
+async function migrate(client: pg.PoolClient): Promise<number[]> {
   const applied: number[] = [];
   try {
     await client.query('begin');
@@ -202,7 +206,5 @@ export async function migrateCatalog(pool: pg.Pool): Promise<number[]> {
   } catch (err) {
     await client.query('rollback').catch(() => {});
     throw err;
-  } finally {
-    client.release();
   }
 }
