@@ -63,6 +63,14 @@ export interface RawDatatablesOptions {
     max?: number;
     /** Connections per login. @default 4 */
     size?: number;
+    /**
+     * Connections open at most across all login pools of this process; idle pools are closed
+     * first to make room, then leases wait for a connection to come back.
+     * @default 20
+     */
+    maxConnections?: number;
+    /** Longest a lease waits for room under `maxConnections` (then E_CONNECT_FAILED). @default '10s' */
+    acquireTimeout?: Duration;
     /** @default '30s' */
     idleTimeout?: Duration;
     /** `statement_timeout` of login connections; 0 = none. @default 0 */
@@ -113,6 +121,11 @@ export interface Datatables extends DatatableConnector {
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
   /** Generation of the catalog state in memory. */
   readonly generation: number;
+  /**
+   * Login connections of this process: open (≤ `pools.maxConnections`), lent to jobs, and
+   * leases waiting for room.
+   */
+  readonly connections: { open: number; lent: number; waiting: number };
   /** Whether the LISTEN connection is up (else every run reads the generation from Postgres). */
   readonly listenerUp: boolean;
   /** Resolves once this process has loaded `generation` (or newer). */
@@ -186,6 +199,9 @@ class DatatableService implements Datatables {
       throw new TypeError('pools.size must be an integer ≥ 1');
     if (!Number.isInteger(maxPools) || maxPools < 1)
       throw new TypeError('pools.max must be an integer ≥ 1');
+    const maxConnections = pools.maxConnections ?? 20;
+    if (!Number.isInteger(maxConnections) || maxConnections < 1)
+      throw new TypeError('pools.maxConnections must be an integer ≥ 1');
     const { user: _user, password: _password, database: _database, ...loginConfig } = adminConfig;
     const logger = this.#logger;
     const events = this.events;
@@ -225,6 +241,8 @@ class DatatableService implements Datatables {
       base: loginConfig,
       maxPools,
       poolSize,
+      maxConnections,
+      acquireTimeoutMs: resolveDuration(pools.acquireTimeout ?? '10s', 'pools.acquireTimeout'),
       idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
       statementTimeoutMs: resolveDuration(pools.statementTimeout ?? 0, 'pools.statementTimeout'),
       ...((pools.checkOnRelease ?? true)
@@ -278,6 +296,10 @@ class DatatableService implements Datatables {
 
   get listenerUp(): boolean {
     return this.#snapshot.listenerUp;
+  }
+
+  get connections(): { open: number; lent: number; waiting: number } {
+    return this.#pools.usage;
   }
 
   waitForGeneration(generation: number): Promise<void> {

@@ -9,6 +9,14 @@ export interface LoginPoolsOptions {
   maxPools: number;
   /** Connections per login pool. */
   poolSize: number;
+  /**
+   * Connections open at most across every login pool of the process. A lease that would open
+   * one more first closes the least recently used pool with nothing lent, then waits for a
+   * connection to come back (which is then closed rather than kept idle).
+   */
+  maxConnections: number;
+  /** Longest a lease waits for room under `maxConnections`. */
+  acquireTimeoutMs: number;
   /** An idle connection is closed after this long. */
   idleTimeoutMs: number;
   /** `statement_timeout` of every login connection; 0 = none. */
@@ -16,6 +24,13 @@ export interface LoginPoolsOptions {
   /** Called when a connection of `login` has been given back (for the login checks). */
   onRelease?: (login: string) => void;
   logger?: Logger;
+}
+
+/** No room under `pools.maxConnections` within `pools.acquireTimeout`. */
+export class PoolsExhausted extends Error {
+  constructor(max: number) {
+    super(`all ${max} data-table connections of this process are in use (pools.maxConnections)`);
+  }
 }
 
 /** The login's password was refused (rotated or retired elsewhere); the caller re-resolves. */
@@ -48,8 +63,15 @@ export class LoginPools {
   readonly #lent = new Set<PooledLease>();
   readonly #onReleased = (lease: PooledLease, login: string) => {
     this.#lent.delete(lease);
+    this.#wake();
     this.#options.onRelease?.(login);
   };
+  /** Whether a connection coming back should be closed: someone is waiting for room. */
+  readonly #shed = () => this.#waiters.size > 0 && this.#open() >= this.#options.maxConnections;
+  /** Leases waiting for room under maxConnections. */
+  readonly #waiters = new Set<() => void>();
+  /** Connections being opened (counted before they show in a pool's totalCount). */
+  #opening = 0;
   #closed = false;
 
   constructor(options: LoginPoolsOptions) {
@@ -82,6 +104,7 @@ export class LoginPools {
       this.#pools.delete(key);
       this.#pools.set(key, entry);
     }
+    const opens = await this.#roomFor(key, entry.pool);
     let client: pg.PoolClient;
     try {
       client = await entry.pool.connect();
@@ -91,14 +114,74 @@ export class LoginPools {
         throw new LoginAuthFailed(err);
       }
       throw err;
+    } finally {
+      if (opens) this.#opening--;
     }
     if (this.#closed) {
       client.release(true);
       throw new Error('login pools are closed');
     }
-    const lease = new PooledLease(client, login, this.#logger, this.#onReleased);
+    const lease = new PooledLease(client, login, this.#logger, this.#onReleased, this.#shed);
     this.#lent.add(lease);
     return lease;
+  }
+
+  /** Connections open across every pool (and being opened), lent, and leases waiting for room. */
+  get usage(): { open: number; lent: number; waiting: number } {
+    return { open: this.#open(), lent: this.#lent.size, waiting: this.#waiters.size };
+  }
+
+  #open(): number {
+    let open = this.#opening;
+    for (const { pool } of this.#pools.values()) open += pool.totalCount;
+    return open;
+  }
+
+  /**
+   * Makes room under maxConnections for a lease of `pool` that would open a connection.
+   * Returns whether this lease counts as opening one (the caller decrements when done).
+   * @throws {PoolsExhausted} after acquireTimeout.
+   */
+  async #roomFor(key: string, pool: pg.Pool): Promise<boolean> {
+    const { maxConnections, poolSize, acquireTimeoutMs } = this.#options;
+    const deadline = performance.now() + acquireTimeoutMs;
+    for (;;) {
+      // An idle connection of its own, or a full pool (it waits on its own connections).
+      if (pool.idleCount > 0 || pool.totalCount >= poolSize) return false;
+      if (this.#open() < maxConnections) {
+        this.#opening++; // synchronously after the check: concurrent leases cannot overshoot
+        return true;
+      }
+      if (this.#closeIdlePool(key)) continue;
+      const left = deadline - performance.now();
+      if (left <= 0 || this.#closed) throw new PoolsExhausted(maxConnections);
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.#waiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.#waiters.add(wake);
+      });
+    }
+  }
+
+  /** Closes the least recently used pool other than `keep` whose connections are all idle. */
+  #closeIdlePool(keep: string): boolean {
+    for (const [key, entry] of this.#pools) {
+      if (key === keep) continue;
+      const { pool } = entry;
+      if (pool.totalCount > 0 && pool.totalCount === pool.idleCount) {
+        this.#drop(key, entry);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  #wake(): void {
+    for (const wake of [...this.#waiters]) wake();
   }
 
   /** Closes every pool of `login` (after it was retired or disabled). */
@@ -121,6 +204,7 @@ export class LoginPools {
   /** Ends every pool; connections still lent are destroyed (their jobs fail), so this resolves. */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#wake();
     for (const lease of [...this.#lent]) lease.abandon();
     const pools = [...this.#pools.values()].map((entry) => entry.pool);
     this.#pools.clear();

@@ -33,6 +33,7 @@ export class PooledLease implements DatatableLease {
   /** Runs after the reset and before the connection goes back (unbinding its identity). */
   #beforeReturn: (() => Promise<void>) | null = null;
   readonly #onReleased: (lease: PooledLease, login: string) => void;
+  readonly #shed: () => boolean;
   readonly client: DatatableClient;
 
   constructor(
@@ -40,7 +41,10 @@ export class PooledLease implements DatatableLease {
     login: string,
     logger: Logger,
     onReleased: (lease: PooledLease, login: string) => void,
+    /** Whether a clean connection should be closed instead of pooled (others wait for room). */
+    shed: () => boolean = () => false,
   ) {
+    this.#shed = shed;
     this.#client = client;
     this.#login = login;
     this.#logger = logger;
