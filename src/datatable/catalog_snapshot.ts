@@ -244,8 +244,9 @@ export class CatalogSnapshot {
       if (this.#listener !== client) return;
       this.#aliveAt = started;
       const generation = Number(rows[0]?.value);
-      if (this.#state !== null && generation > this.#state.generation) {
-        // A notification that never arrived: stale from now, reload.
+      if (this.#state !== null && generation > this.#state.generation && this.#loading === null) {
+        // A notification that never arrived: stale from now, reload. (A load already under way
+        // is checked again by the next heartbeat.)
         this.#fresh = false;
         this.#epoch++;
         void this.#reload().catch(() => {});

@@ -130,7 +130,10 @@ export class CatalogState {
     for (const row of rows) {
       const key = `${row.workspace}\0${row.datatable}`;
       let byRelation = tables.get(key);
-      if (byRelation === undefined) tables.set(key, (byRelation = new Map()));
+      if (byRelation === undefined) {
+        byRelation = new Map();
+        tables.set(key, byRelation);
+      }
       let table = byRelation.get(row.relation);
       if (table === undefined) {
         table = { wide: '', latest: '', byViewer: new Map() };

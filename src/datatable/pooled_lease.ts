@@ -135,7 +135,7 @@ export class PooledLease implements DatatableLease {
     // back in the pool until it is clean (and unbound). The error listener stays on until then.
     // The unbind runs on the privileged side beside the reset; both must succeed.
     Promise.all([client.query('discard all'), this.#beforeReturn?.()]).then(
-      () => this.#finish(client, this.#broken ?? false),
+      () => this.#finish(client, this.#broken ?? this.#shed()),
       (err: unknown) => {
         this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
         this.#finish(client, true);
