@@ -1,13 +1,14 @@
 import { hash } from 'node:crypto';
 import type { DatatableRef } from '../connector/datatable_ref.js';
 import {
+  type ErrorOptions,
   NoDefaultRoleError,
   NoRolesError,
   NoViewerError,
   RoleNotPermittedError,
   UnknownDatatableError,
   UnknownRoleError,
-  ViewerCacheError,
+  type ViewerCacheError,
 } from '../errors.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
@@ -46,11 +47,16 @@ export interface Grant {
 export class JobAuthorization {
   readonly #state: CatalogState;
   readonly #parties: JobParties;
+  /** Fingerprint parts that depend only on the runner, shared by the jobs of one state. */
+  readonly #runnerParts: Map<string, string> | undefined;
   #fingerprint: string | undefined;
+  /** The viewer's roles by data table (one pass over the workspace's roles), on first use. */
+  #viewerRoles: Map<string, CatalogRole[]> | undefined;
 
-  constructor(state: CatalogState, parties: JobParties) {
+  constructor(state: CatalogState, parties: JobParties, runnerParts?: Map<string, string>) {
     this.#state = state;
     this.#parties = parties;
+    this.#runnerParts = runnerParts;
   }
 
   /**
@@ -59,28 +65,32 @@ export class JobAuthorization {
    *   E_ROLE_NOT_PERMITTED or E_NO_DEFAULT_ROLE.
    */
   grant(ref: DatatableRef): Grant {
+    const decision = this.#decide(ref);
+    if ('refused' in decision) {
+      throw new decision.refused(decision.message, decision.context);
+    }
+    return decision;
+  }
+
+  /** {@link grant} without throwing: refusals are values here (the fingerprint reads many). */
+  #decide(ref: DatatableRef): Grant | Refusal {
     const { workspace, runner, viewer } = this.#parties;
     const state = this.#state;
     const datatable = state.datatable(workspace, ref.name);
     if (datatable === undefined) {
-      throw new UnknownDatatableError(
-        `no data table ${JSON.stringify(ref.name)} in this workspace`,
-        { datatable: ref.name },
-      );
+      return {
+        refused: UnknownDatatableError,
+        message: `no data table ${JSON.stringify(ref.name)} in this workspace`,
+        context: { datatable: ref.name },
+      };
     }
     const context = { datatable: datatable.name };
     switch (ref.access.kind) {
       case 'viewer': {
         // The viewer is perms.endUserEmail and nothing else; never perms.email (invariant 2).
-        if (viewer === null) throw new NoViewerError(undefined, context);
-        const roles = resolveRoles(
-          state,
-          workspace,
-          viewer.email,
-          viewer.principals,
-          datatable.name,
-        );
-        if (roles.length === 0) throw new NoRolesError(undefined, context);
+        if (viewer === null) return { refused: NoViewerError, context };
+        const roles = this.#rolesOfViewer(viewer).get(datatable.name) ?? [];
+        if (roles.length === 0) return { refused: NoRolesError, context };
         const governing = state
           .governing(workspace, datatable.name)
           .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
@@ -91,31 +101,55 @@ export class JobAuthorization {
         const name = ref.access.role;
         const role = state.roleByName(workspace, name);
         if (role === undefined || role.datatable !== datatable.name) {
-          throw new UnknownRoleError(`no role ${name} on this data table`, {
-            ...context,
-            role: name,
-          });
+          return {
+            refused: UnknownRoleError,
+            message: `no role ${name} on this data table`,
+            context: { ...context, role: name },
+          };
         }
         if (!mayUseRole(role, runner.email, runner.principals)) {
-          throw new RoleNotPermittedError(
-            role.enabled ? 'the runner is not a tenant of that role' : 'that role is disabled',
-            { ...context, role: name },
-          );
+          return {
+            refused: RoleNotPermittedError,
+            message: role.enabled
+              ? 'the runner is not a tenant of that role'
+              : 'that role is disabled',
+            context: { ...context, role: name },
+          };
         }
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
       case 'default': {
-        if (datatable.defaultRole === null) throw new NoDefaultRoleError(undefined, context);
+        if (datatable.defaultRole === null) return { refused: NoDefaultRoleError, context };
         const role = state.role(datatable.defaultRole);
         if (role === undefined || !role.enabled || !role.safe) {
-          throw new RoleNotPermittedError('the default role of this data table is disabled', {
-            ...context,
-            ...(role === undefined ? {} : { role: role.name }),
-          });
+          return {
+            refused: RoleNotPermittedError,
+            message: 'the default role of this data table is disabled',
+            context: { ...context, ...(role === undefined ? {} : { role: role.name }) },
+          };
         }
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
     }
+  }
+
+  #rolesOfViewer(viewer: NonNullable<JobParties['viewer']>): Map<string, CatalogRole[]> {
+    if (this.#viewerRoles === undefined) {
+      const byDatatable = new Map<string, CatalogRole[]>();
+      const roles = resolveRoles(
+        this.#state,
+        this.#parties.workspace,
+        viewer.email,
+        viewer.principals,
+      );
+      for (const role of roles) {
+        const list = byDatatable.get(role.datatable);
+        if (list === undefined) byDatatable.set(role.datatable, [role]);
+        else list.push(role);
+      }
+      this.#viewerRoles = byDatatable;
+    }
+    return this.#viewerRoles;
   }
 
   /** Stamps of any change to the data table's governing tables (connections with no viewer). */
@@ -131,13 +165,8 @@ export class JobAuthorization {
    * grant. Part of the fingerprint by construction (it reads the same grant).
    */
   viewerHolds(datatable: string, role: string): boolean {
-    try {
-      const { roles } = this.grant({ name: datatable, access: { kind: 'viewer' } });
-      return roles.some((held) => held.name === role);
-    } catch (err) {
-      if (err instanceof ViewerCacheError) return false;
-      throw err;
-    }
+    const decision = this.#decide({ name: datatable, access: { kind: 'viewer' } });
+    return !('refused' in decision) && decision.roles.some((held) => held.name === role);
   }
 
   /**
@@ -152,33 +181,54 @@ export class JobAuthorization {
   }
 
   #computeFingerprint(): string {
-    const { workspace } = this.#parties;
+    const { workspace, runner } = this.#parties;
     const state = this.#state;
-    const parts: string[] = [];
-    for (const datatable of state.datatables(workspace)) {
-      const { name } = datatable;
-      parts.push(
-        `${JSON.stringify(name)}:v=${this.#outcome({ name, access: { kind: 'viewer' } })}` +
-          `;d=${this.#outcome({ name, access: { kind: 'default' } })}`,
+    const viewerPart: string[] = [];
+    for (const { name } of state.datatables(workspace)) {
+      viewerPart.push(
+        `${JSON.stringify(name)}:v=${this.#outcome({ name, access: { kind: 'viewer' } })}`,
       );
-      for (const role of state.roles(workspace)) {
-        if (role.datatable !== name) continue;
-        const ref: DatatableRef = { name, access: { kind: 'role', role: role.name } };
-        parts.push(`${JSON.stringify(role.name)}=${this.#outcome(ref)}`);
-      }
     }
-    const digest = hash('sha256', parts.join('\n'), 'base64url');
+    // What the runner may use by name or by default depends on the runner alone: computed (and
+    // hashed) once per catalog state and runner, not once per viewer.
+    const runnerKey = `${workspace}\0${runner.email}`;
+    let runnerPart = this.#runnerParts?.get(runnerKey);
+    if (runnerPart === undefined) {
+      const parts: string[] = [];
+      for (const { name } of state.datatables(workspace)) {
+        parts.push(
+          `${JSON.stringify(name)}:d=${this.#outcome({ name, access: { kind: 'default' } })}`,
+        );
+        for (const role of state.roles(workspace)) {
+          if (role.datatable !== name) continue;
+          const ref: DatatableRef = { name, access: { kind: 'role', role: role.name } };
+          parts.push(`${JSON.stringify(role.name)}=${this.#outcome(ref)}`);
+        }
+      }
+      runnerPart = hash('sha256', parts.join('\n'), 'base64url');
+      this.#runnerParts?.set(runnerKey, runnerPart);
+    }
+    const digest = hash('sha256', `${viewerPart.join('\n')}\n--\n${runnerPart}`, 'base64url');
     return `c${state.catalogId};${digest}`;
   }
 
   /** A grant as text: the database and role ids with versions, or the refusal's code. */
   #outcome(ref: DatatableRef): string {
-    try {
-      const { datatable, roles, governing } = this.grant(ref);
-      return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
-    } catch (err) {
-      if (err instanceof ViewerCacheError) return `!${err.code}`;
-      throw err;
-    }
+    const decision = this.#decide(ref);
+    if ('refused' in decision) return `!${decision.refused.code}`;
+    const { datatable, roles, governing } = decision;
+    return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
   }
+}
+
+/** A refusal as a value: the error class to throw, and what to throw it with. */
+interface Refusal {
+  readonly refused: (new (
+    message?: string,
+    options?: ErrorOptions,
+  ) => ViewerCacheError) & {
+    readonly code: string;
+  };
+  readonly message?: string;
+  readonly context: ErrorOptions;
 }

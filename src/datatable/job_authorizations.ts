@@ -21,6 +21,8 @@ export class JobAuthorizations {
   readonly #directory: Directory | null;
   #memoState: CatalogState | null = null;
   readonly #memo = new Map<string, JobAuthorization>();
+  /** Fingerprint parts that depend on the runner alone, for the memoised state. */
+  #runnerParts = new Map<string, string>();
 
   /** `directory` null means the built-in one (memberships in the catalog). */
   constructor(snapshot: CatalogSnapshot, directory: Directory | null) {
@@ -33,6 +35,7 @@ export class JobAuthorizations {
     if (state === undefined || this.#directory !== null) return this.#slow(job);
     if (state !== this.#memoState) {
       this.#memo.clear();
+      this.#runnerParts = new Map();
       this.#memoState = state;
     }
     const { workspace, perms } = job;
@@ -41,7 +44,7 @@ export class JobAuthorizations {
     const memoKey = `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
     let authorization = this.#memo.get(memoKey);
     if (authorization === undefined) {
-      authorization = builtIn(state, job);
+      authorization = builtIn(state, job, this.#runnerParts);
       if (this.#memo.size >= MAX_MEMO) this.#memo.clear();
       this.#memo.set(memoKey, authorization);
     }
@@ -75,13 +78,21 @@ export class JobAuthorizations {
   }
 }
 
-function builtIn(state: CatalogState, job: Job): JobAuthorization {
+function builtIn(
+  state: CatalogState,
+  job: Job,
+  runnerParts?: Map<string, string>,
+): JobAuthorization {
   const { workspace, perms } = job;
   const viewer = perms.endUserEmail;
-  return new JobAuthorization(state, {
-    workspace,
-    runner: { email: perms.email, principals: state.principals(workspace, perms.email) },
-    viewer:
-      viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
-  });
+  return new JobAuthorization(
+    state,
+    {
+      workspace,
+      runner: { email: perms.email, principals: state.principals(workspace, perms.email) },
+      viewer:
+        viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
+    },
+    runnerParts,
+  );
 }
