@@ -1,11 +1,14 @@
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import pg from 'pg';
 import { pino } from 'pino';
 import { createDatatables, type Datatables, type Logger, ViewerCacheError } from '../index.js';
 import { readConfig, type ServerConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
+import { WORKSPACE_RE } from './http_schemas.js';
 import { createServerLogger, loadSecretKey, openDatabase, startServer } from './runtime.js';
+import { migrateServer } from './server_migrations.js';
 import { ApiTokens } from './tokens.js';
+import { printWelcome } from './welcome.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
@@ -34,6 +37,7 @@ async function withCatalog<T>(
   const pool = new pg.Pool({ connectionString: database.url, max: 2 });
   try {
     datatables = await createDatatables({ connection: database.url, secretKey, logger });
+    await migrateServer(pool);
     return await fn({ datatables, pool, config });
   } finally {
     await datatables?.close();
@@ -42,13 +46,35 @@ async function withCatalog<T>(
   }
 }
 
+/** A workspace id as the server and library accept it; anything else is a usage error. */
+function workspaceArg(value: string): string {
+  if (!WORKSPACE_RE.test(value)) {
+    throw new InvalidArgumentError(
+      'a workspace is 1-128 letters, digits, `_`, `.` or `-`, starting with a letter or digit',
+    );
+  }
+  return value;
+}
+
+/** A user's email (the identity a token signs in as); anything else is a usage error. */
+function emailArg(value: string): string {
+  if (value.length > 254 || !/^[^\s@<>"'`,;\\]+@[^\s@<>"'`,;\\]+$/.test(value)) {
+    throw new InvalidArgumentError('the user is an email address, such as alice@example.com');
+  }
+  return value;
+}
+
 export function buildCli(): Command {
   const program = new Command('viewer-cache')
     .description(
       'Reference server and admin CLI of viewer-cache: data tables as the viewer, cached per viewer.',
     )
     .option('--json', 'print machine-readable JSON')
-    .addOption(new Option('-w, --workspace <id>', 'workspace').default(DEMO_WORKSPACE))
+    .addOption(
+      new Option('-w, --workspace <id>', 'workspace')
+        .default(DEMO_WORKSPACE)
+        .argParser(workspaceArg),
+    )
     .showHelpAfterError()
     .exitOverride();
   const ws = () => program.opts<GlobalOptions>().workspace;
@@ -60,15 +86,25 @@ export function buildCli(): Command {
     )
     .option('-p, --port <port>', 'port (default $PORT or 3000)')
     .option('--host <host>', 'interface to listen on (default $HOST or 127.0.0.1)')
-    .action(async (options: { port?: string; host?: string }) => {
+    .option(
+      '--demo',
+      'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
+    )
+    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
       const config = readConfig({
         ...process.env,
         ...(options.port ? { PORT: options.port } : {}),
         ...(options.host ? { HOST: options.host } : {}),
+        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
       });
       const logger = createServerLogger(config);
       const server = await startServer(config, logger);
-      printWelcome(server.url, server.demoTokens, program.opts<GlobalOptions>().json === true);
+      printWelcome(
+        process.stdout,
+        server.url,
+        server.demoTokens,
+        program.opts<GlobalOptions>().json === true,
+      );
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           logger.info({ signal }, 'shutting down');
@@ -77,7 +113,8 @@ export function buildCli(): Command {
         process.once('SIGINT', () => stop('SIGINT'));
         process.once('SIGTERM', () => stop('SIGTERM'));
       });
-      logger.flush?.();
+      // Log lines are written asynchronously: write what is left before the process exits.
+      await new Promise<void>((resolve) => logger.flush(() => resolve()));
     });
 
   program
@@ -93,12 +130,54 @@ export function buildCli(): Command {
   token
     .command('create')
     .description('create a token for a user (printed once; stored hashed)')
-    .requiredOption('--user <email>', 'the user the token signs in as')
+    .requiredOption('--user <email>', 'the user the token signs in as', emailArg)
     .option('--label <text>', 'a note to recognise it by')
     .action((options: { user: string; label?: string }) =>
       withCatalog(async ({ pool }) => {
         const created = await new ApiTokens(pool).create(ws(), options.user, options.label ?? null);
         output(program, { token: created, workspace: ws() }, ({ token: value }) => value);
+      }),
+    );
+  token
+    .command('list')
+    .description(
+      "list the workspace's tokens (an id per token; the tokens themselves are not kept)",
+    )
+    .action(() =>
+      withCatalog(async ({ pool }) => {
+        output(program, await new ApiTokens(pool).list(ws()), (rows) =>
+          rows.length === 0
+            ? '(no tokens)'
+            : rows.map((r) => `${r.id}\t${r.email}\t${r.createdAt}\t${r.label ?? '-'}`).join('\n'),
+        );
+      }),
+    );
+  token
+    .command('revoke [id]')
+    .description(
+      'revoke a token by its id from `token list` (or every token of --user); every server refuses it within a second',
+    )
+    .option('--user <email>', 'revoke every token of this user', emailArg)
+    .action((id: string | undefined, options: { user?: string }) =>
+      withCatalog(async ({ pool }) => {
+        if ((id === undefined) === (options.user === undefined)) {
+          throw new ViewerCacheError('name a token id or --user, not both', {
+            code: 'E_BAD_REQUEST',
+            status: 400,
+          });
+        }
+        const tokens = new ApiTokens(pool);
+        const revoked = await tokens.revoke(
+          ws(),
+          id === undefined ? { email: options.user! } : { id },
+        );
+        if (revoked === 0) {
+          throw new ViewerCacheError('no such token in this workspace', {
+            code: 'E_UNKNOWN_TOKEN',
+            status: 404,
+          });
+        }
+        output(program, { revoked }, () => `revoked ${revoked} token${revoked === 1 ? '' : 's'}`);
       }),
     );
 
@@ -265,31 +344,6 @@ export function buildCli(): Command {
     });
 
   return program;
-}
-
-function printWelcome(url: string, tokens: Record<string, string>, json: boolean): void {
-  if (json) {
-    process.stdout.write(`${JSON.stringify({ url, tokens })}\n`);
-    return;
-  }
-  const lines = [
-    `viewer-cache listening on ${url}`,
-    '',
-    'Try (each user sees only their rows; run twice for a cache hit):',
-  ];
-  for (const [email, value] of Object.entries(tokens)) {
-    if (email.startsWith('publisher')) continue;
-    lines.push(`  # ${email}`);
-    lines.push(
-      `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/apps/orders-dashboard/run -H 'authorization: Bearer ${value}' -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
-    );
-  }
-  lines.push('  # anonymous visitor of a public app (refused: no viewer)');
-  lines.push(
-    `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/public/apps/orders-public/run -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
-  );
-  lines.push(`  curl -s ${url}/metrics | grep viewer_cache_`, '', 'Ctrl-C stops everything.');
-  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 /** Runs the CLI; resolves to the process exit code. */
