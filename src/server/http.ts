@@ -11,7 +11,7 @@ import {
   ViewerCacheError,
 } from '../index.js';
 import { limitConnections } from './connection_limits.js';
-import { HttpError, toHttpError } from './http_errors.js';
+import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import {
   ajvOptions,
   appParams,
@@ -90,6 +90,7 @@ export function buildHttpApp(deps: HttpDeps) {
       // Node checks the two timeouts above only this often (30 s by default).
       connectionsCheckingInterval: Math.min(1000, Math.ceil(requestTimeout / 4)),
     },
+    clientErrorHandler: answerClientError,
     maxParamLength: MAX_PARAM_LENGTH,
     ajv: { customOptions: ajvOptions },
     // Router-level refusals (an over-long segment's 414, a malformed URL) in the usual error

@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { errors, ViewerCacheError } from '../index.js';
 
 /** An error answer: a stable code and a message safe to show (never data, never identities). */
@@ -99,4 +101,28 @@ function codedRefusal(error: unknown): HttpErrorBody | null {
     current = current.cause;
   }
   return null;
+}
+
+/**
+ * Answers what Node refuses before Fastify sees a request (a request not received within the
+ * timeout, headers or URL over 16 KiB, a malformed request line), in the usual error format and
+ * without echoing anything the client sent, then closes the connection.
+ */
+export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, message] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'E_REQUEST_TIMEOUT', 'the request was not received in time']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'E_HEADERS_TOO_LARGE', 'the URL or the headers are too large']
+        : [400, 'E_BAD_REQUEST', 'malformed HTTP request'];
+  const body = JSON.stringify({ error: { code, message } });
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }
