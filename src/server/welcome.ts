@@ -34,7 +34,7 @@ export function printWelcome(
     }
   } else {
     lines.push(
-      'Make a bearer token with: viewer-cache token create --user alice@example.com',
+      'Make a bearer token with: viewer-cache token create --user EMAIL',
       '(demo tokens are printed only when stdout is a terminal)',
     );
   }
