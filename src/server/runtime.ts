@@ -32,7 +32,11 @@ import { ApiTokens, JobTokens } from './tokens.js';
  * of a cached request's CPU): lines written while a write is in flight go out together, and
  * `logger.flush()` on shutdown writes what is left.
  */
-export function createServerLogger(config: Pick<ServerConfig, 'logLevel' | 'prettyLogs'>): Logger {
+export function createServerLogger(
+  config: Pick<ServerConfig, 'logLevel' | 'prettyLogs'>,
+  /** File descriptor or path of the JSON lines (benchmarks write to /dev/null). @default 1 */
+  destination: number | string = 1,
+): Logger {
   const options = {
     level: config.logLevel,
     redact: {
@@ -61,7 +65,7 @@ export function createServerLogger(config: Pick<ServerConfig, 'logLevel' | 'pret
       },
     });
   }
-  return pino(options, pino.destination({ dest: 1, sync: false }));
+  return pino(options, pino.destination({ dest: destination, sync: false }));
 }
 
 /** The secret key from config, else the one generated into the data folder on first start. */
