@@ -1,68 +1,15 @@
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import pg from 'pg';
-import { pino } from 'pino';
-import { createDatatables, type Datatables, type Logger, ViewerCacheError } from '../index.js';
-import { readConfig, type ServerConfig } from './config.js';
+import { Command, CommanderError, Option } from 'commander';
+import { ViewerCacheError } from '../index.js';
+import { type GlobalOptions, output, withCatalog, workspaceArg } from './cli_context.js';
+import { addTokenCommands } from './cli_tokens.js';
+import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { WORKSPACE_RE } from './http_schemas.js';
-import { createServerLogger, loadSecretKey, openDatabase, startServer } from './runtime.js';
-import { migrateServer } from './server_migrations.js';
-import { ApiTokens } from './tokens.js';
+import { createServerLogger, startServer } from './runtime.js';
 import { printWelcome } from './welcome.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
-
-interface GlobalOptions {
-  json?: boolean;
-  workspace: string;
-}
-
-/** Prints `value` as JSON with --json, else as the human text `render` makes of it. */
-function output<T>(program: Command, value: T, render: (value: T) => string): void {
-  const { json } = program.opts<GlobalOptions>();
-  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${render(value)}\n`);
-}
-
-/** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
-async function withCatalog<T>(
-  fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
-): Promise<T> {
-  const config = readConfig();
-  const logger: Logger = pino({ level: process.env['LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
-  const secretKey = await loadSecretKey(config);
-  const database = await openDatabase(config, logger);
-  let datatables: Datatables | undefined;
-  const pool = new pg.Pool({ connectionString: database.url, max: 2 });
-  try {
-    datatables = await createDatatables({ connection: database.url, secretKey, logger });
-    await migrateServer(pool);
-    return await fn({ datatables, pool, config });
-  } finally {
-    await datatables?.close();
-    await pool.end();
-    await database.embedded?.stop();
-  }
-}
-
-/** A workspace id as the server and library accept it; anything else is a usage error. */
-function workspaceArg(value: string): string {
-  if (!WORKSPACE_RE.test(value)) {
-    throw new InvalidArgumentError(
-      'a workspace is 1-128 letters, digits, `_`, `.` or `-`, starting with a letter or digit',
-    );
-  }
-  return value;
-}
-
-/** A user's email (the identity a token signs in as); anything else is a usage error. */
-function emailArg(value: string): string {
-  if (value.length > 254 || !/^[^\s@<>"'`,;\\]+@[^\s@<>"'`,;\\]+$/.test(value)) {
-    throw new InvalidArgumentError('the user is an email address, such as alice@example.com');
-  }
-  return value;
-}
 
 export function buildCli(): Command {
   const program = new Command('viewer-cache')
@@ -126,60 +73,7 @@ export function buildCli(): Command {
       }),
     );
 
-  const token = program.command('token').description('bearer tokens for the HTTP API');
-  token
-    .command('create')
-    .description('create a token for a user (printed once; stored hashed)')
-    .requiredOption('--user <email>', 'the user the token signs in as', emailArg)
-    .option('--label <text>', 'a note to recognise it by')
-    .action((options: { user: string; label?: string }) =>
-      withCatalog(async ({ pool }) => {
-        const created = await new ApiTokens(pool).create(ws(), options.user, options.label ?? null);
-        output(program, { token: created, workspace: ws() }, ({ token: value }) => value);
-      }),
-    );
-  token
-    .command('list')
-    .description(
-      "list the workspace's tokens (an id per token; the tokens themselves are not kept)",
-    )
-    .action(() =>
-      withCatalog(async ({ pool }) => {
-        output(program, await new ApiTokens(pool).list(ws()), (rows) =>
-          rows.length === 0
-            ? '(no tokens)'
-            : rows.map((r) => `${r.id}\t${r.email}\t${r.createdAt}\t${r.label ?? '-'}`).join('\n'),
-        );
-      }),
-    );
-  token
-    .command('revoke [id]')
-    .description(
-      'revoke a token by its id from `token list` (or every token of --user); every server refuses it within a second',
-    )
-    .option('--user <email>', 'revoke every token of this user', emailArg)
-    .action((id: string | undefined, options: { user?: string }) =>
-      withCatalog(async ({ pool }) => {
-        if ((id === undefined) === (options.user === undefined)) {
-          throw new ViewerCacheError('name a token id or --user, not both', {
-            code: 'E_BAD_REQUEST',
-            status: 400,
-          });
-        }
-        const tokens = new ApiTokens(pool);
-        const revoked = await tokens.revoke(
-          ws(),
-          id === undefined ? { email: options.user! } : { id },
-        );
-        if (revoked === 0) {
-          throw new ViewerCacheError('no such token in this workspace', {
-            code: 'E_UNKNOWN_TOKEN',
-            status: 404,
-          });
-        }
-        output(program, { revoked }, () => `revoked ${revoked} token${revoked === 1 ? '' : 's'}`);
-      }),
-    );
+  addTokenCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles

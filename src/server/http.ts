@@ -1,4 +1,6 @@
-import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+// The route table (~300 lines): kept in one file so that how each route records its viewer reads
+// in one place; errors, schemas and the reply/log ends live beside it (http_*.ts).
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
 import {
   type CachedExecutor,
@@ -12,6 +14,7 @@ import {
 } from '../index.js';
 import { limitConnections } from './connection_limits.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { RequestLog, sendResult } from './http_reply.js';
 import {
   ajvOptions,
   appParams,
@@ -62,49 +65,8 @@ export interface HttpDeps {
   maxConnectionsPerClient?: number;
 }
 
-/**
- * Fastify's own request logging wrote two lines per request, synchronously, with the raw URL (a
- * token in a query string was logged): 22 % of a cached request's CPU. This writes one line
- * when the response is done, with the route pattern and never the URL, and counts the request
- * for /metrics in the same place (no onResponse hook to run per request).
- */
-class RequestLog extends LogController {
-  constructor(
-    private readonly refusals: WeakMap<FastifyRequest, string>,
-    private readonly metrics: HttpDeps['metrics'],
-  ) {
-    super();
-  }
-
-  override incomingRequest(): void {}
-
-  override routeNotFound(): void {}
-
-  override requestCompleted(
-    _error: Error | null | undefined,
-    request: FastifyRequest,
-    reply: FastifyReply,
-  ): void {
-    const route = request.routeOptions.url ?? 'unmatched';
-    const status = reply.statusCode;
-    this.metrics.observeRequest(route, status);
-    const code = this.refusals.get(request);
-    request.log.info(
-      {
-        method: request.method,
-        route,
-        status,
-        ms: Math.round(reply.elapsedTime * 100) / 100,
-        ...(code === undefined ? {} : { code }),
-      },
-      'request completed',
-    );
-  }
-}
-
 /** Longer than the executor's longest run (60 s), so an idle socket is one nobody waits on. */
 const IDLE_SOCKET_MS = 70_000;
-const CLOSE = Buffer.from('}');
 
 /**
  * The reference HTTP API (Fastify). Every route builds a job whose viewer comes from how the
@@ -118,7 +80,7 @@ export function buildHttpApp(deps: HttpDeps) {
   const refusals = new WeakMap<FastifyRequest, string>();
   const app = Fastify({
     loggerInstance: deps.logger,
-    logController: new RequestLog(refusals, metrics),
+    logController: new RequestLog(refusals, metrics.observeRequest),
     bodyLimit: deps.bodyLimit ?? 64 * 1024,
     // Fastify 5 turns all of these off by default, and with them Node's own: a body that never
     // finishes would hold its connection forever.
@@ -344,31 +306,6 @@ export function buildHttpApp(deps: HttpDeps) {
   });
 
   return app;
-}
-
-/**
- * Writes `{"jobId":…,"fromCache":…,"result":<stored bytes>}`. The stored JSON goes out as it
- * is — a hit is never parsed, re-serialised or copied: the envelope's pieces and the stored
- * bytes are written corked, as one `writev`. (Fastify's `send` needs one buffer, which cost a
- * `Buffer.concat` copy of the stored bytes.) The response is complete here, so the reply is
- * hijacked; Fastify still runs the onResponse hook when it finishes.
- */
-function sendResult(reply: FastifyReply, jobId: string, result: JobResult): void {
-  const head = Buffer.from(
-    `{"jobId":${JSON.stringify(jobId)},"fromCache":${result.fromCache},"result":`,
-  );
-  const body = result.json();
-  reply.hijack();
-  const raw = reply.raw;
-  raw.statusCode = 200;
-  raw.setHeader('content-type', 'application/json; charset=utf-8');
-  raw.setHeader('content-length', head.length + body.length + CLOSE.length);
-  raw.setHeader('x-viewer-cache', result.fromCache ? 'hit' : 'miss');
-  raw.cork();
-  raw.write(head);
-  raw.write(body);
-  raw.end(CLOSE);
-  process.nextTick(() => raw.uncork());
 }
 
 function bearer(request: FastifyRequest): string | null {
