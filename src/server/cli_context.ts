@@ -30,6 +30,7 @@ export async function withCatalog<T>(
   const database = await openDatabase(config, logger);
   let datatables: Datatables | undefined;
   const pool = new pg.Pool({ connectionString: database.url, max: 2 });
+  pool.on('error', () => {}); // an idle client's failure; the next query reports its own
   try {
     datatables = await createDatatables({ connection: database.url, secretKey, logger });
     await migrateServer(pool);

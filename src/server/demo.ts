@@ -153,6 +153,9 @@ export async function seedDemo(options: {
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
   const client = new pg.Client({ connectionString: databaseUrl });
+  // A connection dying mid-seed fails the query in flight; without a listener it would also be
+  // an unhandled 'error' event.
+  client.on('error', () => {});
   await client.connect();
   try {
     await client.query('begin');

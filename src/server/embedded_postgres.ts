@@ -97,6 +97,7 @@ export async function startEmbeddedPostgres(
 
 async function answers(url: string): Promise<boolean> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  client.on('error', () => {}); // the probe's own failure is its answer
   try {
     await client.connect();
     return true;
@@ -109,6 +110,7 @@ async function answers(url: string): Promise<boolean> {
 
 async function ensureDatabase(adminUrl: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
+  client.on('error', () => {}); // a dying connection fails the query in flight
   await client.connect();
   try {
     const { rows } = await client.query('select 1 from pg_database where datname = $1', [DATABASE]);
