@@ -41,6 +41,12 @@ export interface HttpRow {
   readonly reqPerSec: number;
   /** req/s ÷ the floor's req/s. */
   readonly floorThroughput: number;
+  /**
+   * CPU time (user + system, this process: client and server) per request, one connection.
+   * Steadier than latency on a shared machine: another tenant's load delays a request but does
+   * not add to this process's CPU. The client's share is the same for every row.
+   */
+  readonly cpuUs: number;
 }
 
 const HTTP_CONCURRENCY = 8;
@@ -161,6 +167,7 @@ export async function httpBench(
       warmupRounds: 2,
       rounds: Math.max(6, Math.round(plan.rounds / 2)),
     });
+    const cpu = await measureCpu(scenarios(single), Math.max(5, Math.round(plan.rounds / 4)));
     const base = latency.get('http_healthz')!;
     const floorStats = latency.get('http_fastify_get')!;
     const floorRate = throughput.get('http_fastify_get')!.opsPerSec;
@@ -177,6 +184,7 @@ export async function httpBench(
         floorRatio: st.p50Us / floorStats.p50Us,
         reqPerSec: rate,
         floorThroughput: rate / floorRate,
+        cpuUs: cpu.get(s.id)!,
       };
     });
   } finally {
@@ -185,6 +193,22 @@ export async function httpBench(
     await floor.close();
     await server.close();
   }
+}
+
+/** CPU µs per op of each scenario: `rounds` interleaved rounds of 200 sequential ops. */
+async function measureCpu(scenarios: readonly Scenario[], rounds: number) {
+  const OPS = 200;
+  const total = new Map(scenarios.map((s) => [s.id, 0]));
+  for (let r = 0; r < rounds; r++) {
+    for (let k = 0; k < scenarios.length; k++) {
+      const s = scenarios[(k + r) % scenarios.length]!;
+      const before = process.cpuUsage();
+      for (let i = 0; i < OPS; i++) await s.op(i);
+      const used = process.cpuUsage(before);
+      total.set(s.id, total.get(s.id)! + used.user + used.system);
+    }
+  }
+  return new Map([...total].map(([id, us]) => [id, us / (rounds * OPS)]));
 }
 
 /** The floor: Fastify with defaults (no logger), one route, one `getBuffer`. */
@@ -220,6 +244,7 @@ export function httpFloorTable(rows: readonly HttpRow[]): string {
       'p50 × floor',
       `req/s (${HTTP_CONCURRENCY} conns)`,
       'req/s × floor',
+      'CPU µs/req',
     ],
     rows.map((r) => [
       `\`${r.id}\``,
@@ -228,6 +253,7 @@ export function httpFloorTable(rows: readonly HttpRow[]): string {
       fmt(r.floorRatio, 2),
       fmt(r.reqPerSec, 0),
       fmt(r.floorThroughput, 2),
+      fmt(r.cpuUs),
     ]),
   );
 }
