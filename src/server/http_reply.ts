@@ -70,6 +70,7 @@ export function sendResult(reply: FastifyReply, jobId: string, result: JobResult
   raw.cork();
   raw.write(head);
   raw.write(body);
+  // end() uncorks the socket fully: no uncork of ours may follow (with keep-alive the socket may
+  // already carry the next response by the next tick).
   raw.end(CLOSE);
-  process.nextTick(() => raw.uncork());
 }
