@@ -8,7 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoToken } from '../../../src/server/tokens.js';
 import { freePort } from '../../helpers/free_port.js';
 import { asAdmin, createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
-import { pollUntil, runCli, ServerProcess, serverEnv } from '../../helpers/server_process.js';
+import {
+  httpRequest,
+  pollUntil,
+  runCli,
+  ServerProcess,
+  serverEnv,
+} from '../../helpers/server_process.js';
 
 // The reference server against clients that hold connections open: bodies that never finish,
 // and more connections than one client should have. Started as a user would with DATABASE_URL
@@ -24,6 +30,9 @@ let dataDir: string;
 let env: NodeJS.ProcessEnv;
 let server: ServerProcess;
 let baseUrl: string;
+/** A second server process on the same database: a revocation must reach it too. */
+let second: ServerProcess;
+let secondUrl: string;
 const sockets: Socket[] = [];
 
 beforeAll(async () => {
@@ -41,12 +50,17 @@ beforeAll(async () => {
     LOG_LEVEL: 'info',
   });
   server = new ServerProcess(env);
-  baseUrl = (await server.ready).url;
+  second = new ServerProcess({ ...env, PORT: String(await freePort()) });
+  [baseUrl, secondUrl] = (await Promise.all([server.ready, second.ready])).map((r) => r.url) as [
+    string,
+    string,
+  ];
 });
 
 afterAll(async () => {
   for (const socket of sockets) socket.destroy();
   if (server?.running) await server.kill();
+  if (second?.running) await second.kill();
   await db?.drop();
   if (dataDir !== undefined) await rm(dataDir, { recursive: true, force: true });
 });
@@ -145,6 +159,26 @@ describe('one client holding many connections', () => {
   });
 });
 
+describe('token revocation', () => {
+  it('a revoked token is refused by every server process within 1 s', async () => {
+    const made = await runCli(env, ['--json', 'token', 'create', '--user', 'erin@example.com']);
+    expect(made.code, made.stderr).toBe(0);
+    const { token } = JSON.parse(made.stdout) as { token: string };
+    const status = async (url: string) =>
+      (await httpRequest(url, 'GET', '/api/w/demo/schedules', { token })).status;
+    // Used on both processes, so both hold it in their token cache.
+    expect([await status(baseUrl), await status(secondUrl)]).toEqual([200, 200]);
+
+    const revoked = await runCli(env, ['--json', 'token', 'revoke', '--user', 'erin@example.com']);
+    expect(revoked.code, revoked.stderr).toBe(0);
+    expect(JSON.parse(revoked.stdout)).toEqual({ revoked: 1 });
+    const took = await Promise.all(
+      [baseUrl, secondUrl].map((url) => pollUntil(async () => (await status(url)) === 401, 1000)),
+    );
+    expect(Math.max(...took)).toBeLessThanOrEqual(1000);
+  });
+});
+
 describe('started with DATABASE_URL and nothing else', () => {
   it('did not seed the demo: no data table, no roles, no tokens in that database', async () => {
     const counts = await asAdmin(db.name, async (c) => {
@@ -165,8 +199,8 @@ describe('started with DATABASE_URL and nothing else', () => {
     const demoTokens = ['alice', 'bob', 'carol', 'dave', 'publisher'].map((name) =>
       demoToken(SECRET_KEY, `${name}@example.com`),
     );
-    await server.kill();
-    const output = [...server.lines, server.stderr].join('\n');
+    await Promise.all([server.kill(), second.kill()]);
+    const output = [...server.lines, server.stderr, ...second.lines, second.stderr].join('\n');
     expect(server.lines.filter((line) => line.startsWith('{"url":'))).toEqual([
       JSON.stringify({ url: baseUrl }),
     ]);
