@@ -28,9 +28,9 @@ import { ApiTokens, JobTokens } from './tokens.js';
 
 /**
  * pino, pretty on a TTY; identities, tokens, passwords and args are redacted wherever they
- * appear. JSON lines are written asynchronously (a synchronous write per request line was 22 %
- * of a cached request's CPU): lines written while a write is in flight go out together, and
- * `logger.flush()` on shutdown writes what is left.
+ * appear. JSON lines are written asynchronously and in batches (Fastify's two synchronous
+ * lines per request were 22 % of a cached request's CPU): at most 250 ms late, and
+ * `logger.flush()` on shutdown (or pino's exit hook) writes what is left.
  */
 export function createServerLogger(
   config: Pick<ServerConfig, 'logLevel' | 'prettyLogs'>,
@@ -65,7 +65,12 @@ export function createServerLogger(
       },
     });
   }
-  return pino(options, pino.destination({ dest: destination, sync: false }));
+  // Buffered up to 4 KiB per write, and flushed at least every 250 ms so a quiet server's lines
+  // still show promptly. Each async write costs a syscall and a thread-pool round trip (7 % of
+  // a cached request's CPU when every line was its own write).
+  const stream = pino.destination({ dest: destination, sync: false, minLength: 4096 });
+  setInterval(() => stream.flush(), 250).unref();
+  return pino(options, stream);
 }
 
 /** The secret key from config, else the one generated into the data folder on first start. */
