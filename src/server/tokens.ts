@@ -132,6 +132,16 @@ export class ApiTokens {
     const client = await this.#pool.connect();
     try {
       await client.query('begin');
+      if ('id' in which) {
+        const { rows } = await client.query<{ n: number }>(
+          `select count(*)::int as n from ${SERVER_SCHEMA}.api_token
+            where workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`,
+          [workspace, which.id],
+        );
+        // A short id could name several tokens: revoke exactly one, or none.
+        if ((rows[0]?.n ?? 0) > 1)
+          throw new TypeError('that id names several tokens: give more digits');
+      }
       const { rowCount } =
         'id' in which
           ? await client.query(
