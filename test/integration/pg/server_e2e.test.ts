@@ -1,12 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { demoToken } from '../../../src/server/tokens.js';
-import { freePort } from '../../helpers/free_port.js';
-import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
+import { uniquePrefix } from '../../helpers/pg.js';
+import { E2eServer } from '../../helpers/server_e2e.js';
 import {
   expectNoSecrets as expectNoSecretsIn,
   expectOk,
@@ -17,16 +13,10 @@ import {
   type Answer,
   asRun,
   type CliResult,
-  clearRedisPrefix,
-  httpRequest,
   isRecord,
   parseJson,
   pollUntil,
-  type RequestOptions,
-  runCli,
-  ServerProcess,
   sample,
-  serverEnv as serverEnvWith,
 } from '../../helpers/server_process.js';
 
 // The reference server end to end, started the way a user starts it: `viewer-cache --json serve`
@@ -66,17 +56,17 @@ const EMEA_ROWS = rowsOf('emea');
 const AMER_ROWS = rowsOf('amer');
 const BOTH_ROWS = rowsOf('emea', 'amer');
 
-let db: TestDatabase;
-let dataDir: string;
-let serverEnv: NodeJS.ProcessEnv;
-let server: ServerProcess;
-let baseUrl: string;
+const e2e = new E2eServer({
+  prefix,
+  secretKey: SECRET_KEY,
+  redisUrl: inject('redisUrl'),
+  redisPrefix: REDIS_PREFIX,
+});
+const { request, cli, cliJson } = e2e;
 /** Tokens made with `token create`, by email. */
 const tokens: Record<string, string> = {};
 /** Alice's token in workspace `other`. */
 let otherWorkspaceToken: string;
-let redis: Redis;
-const cliOutputs: string[] = [];
 
 const secrets: Secrets = {
   secretKey: SECRET_KEY,
@@ -88,25 +78,6 @@ const secrets: Secrets = {
 const expectNoSecrets = (text: string, what?: string) => expectNoSecretsIn(secrets, text, what);
 const expectRefused = (answer: Answer, status: number, code: string) =>
   expectRefusedWith(secrets, answer, status, code);
-
-const request = (method: 'GET' | 'POST', path: string, options?: RequestOptions) =>
-  httpRequest(baseUrl, method, path, options);
-
-/** The CLI with the server's environment; its output is kept for the final secrets check. */
-async function cli(args: string[]): Promise<CliResult> {
-  const result = await runCli(serverEnv, args);
-  cliOutputs.push(result.stdout, result.stderr);
-  return result;
-}
-
-/** The CLI with `--json`, expected to succeed; its stdout parsed. */
-async function cliJson<T>(args: string[]): Promise<T> {
-  const result = await cli(['--json', ...args]);
-  if (result.code !== 0) {
-    throw new Error(`viewer-cache ${args.join(' ')} exited ${result.code}: ${result.stderr}`);
-  }
-  return JSON.parse(result.stdout) as T;
-}
 
 /** An app request (`orders-dashboard`) by the token's user. */
 async function appRun(token: string, path: string, args?: Record<string, unknown>) {
@@ -125,31 +96,8 @@ async function scrapeMetrics(): Promise<string> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase(prefix);
-  dataDir = await mkdtemp(join(tmpdir(), 'viewer-cache-e2e-'));
-  const port = await freePort();
-  serverEnv = serverEnvWith({
-    DATABASE_URL: db.url,
-    REDIS_URL: inject('redisUrl'),
-    VIEWER_CACHE_REDIS_PREFIX: REDIS_PREFIX,
-    // The 200 ms default degrades runs to uncached when a loaded machine stalls: hits must be hits.
-    VIEWER_CACHE_REDIS_TIMEOUT_MS: '5000',
-    VIEWER_CACHE_SECRET_KEY: SECRET_KEY,
-    // DATABASE_URL is set, so the demo is seeded only when asked.
-    VIEWER_CACHE_DEMO: 'true',
-    VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
-    VIEWER_CACHE_DATA_DIR: dataDir,
-    // Only the first scheduled run (before the ready line): later ones would move the counters.
-    VIEWER_CACHE_SCHEDULE_MS: '86400000',
-    HOST: '127.0.0.1',
-    PORT: String(port),
-    LOG_LEVEL: 'debug',
-  });
-  redis = new Redis(inject('redisUrl'), { lazyConnect: true, maxRetriesPerRequest: 1 });
-  redis.on('error', () => {});
-
   // The catalog is migrated in the template, so the CLI and the server can start together.
-  server = new ServerProcess(serverEnv);
+  await e2e.start();
   const made = await Promise.all([
     ...[ALICE, BOB, CAROL, DAVE].map((email) =>
       cliJson<{ token: string; workspace: string }>(['token', 'create', '--user', email]),
@@ -170,11 +118,10 @@ beforeAll(async () => {
   otherWorkspaceToken = made[4]!.token;
   expect(made[4]!.workspace).toBe('other');
 
-  const ready = await server.ready;
-  baseUrl = ready.url;
-  expect(baseUrl).toBe(`http://127.0.0.1:${port}`);
+  const ready = await e2e.ready();
+  expect(ready.url).toBe(`http://127.0.0.1:${e2e.port}`);
   // stdout is a pipe, not a terminal: the ready line names no token.
-  expect(ready).toEqual({ url: baseUrl });
+  expect(ready).toEqual({ url: ready.url });
   // The CLI's tokens are new ones, not the demo's derived tokens.
   for (const email of [ALICE, BOB, CAROL, DAVE]) {
     expect(tokens[email]).toMatch(/^vct_/);
@@ -182,15 +129,7 @@ beforeAll(async () => {
   }
 });
 
-afterAll(async () => {
-  if (server?.running) await server.kill();
-  if (redis !== undefined) {
-    await clearRedisPrefix(redis, REDIS_PREFIX);
-    redis.disconnect();
-  }
-  await db?.drop();
-  if (dataDir !== undefined) await rm(dataDir, { recursive: true, force: true });
-});
+afterAll(() => e2e.stop());
 
 // ---------------------------------------------------------------------------------------------
 
@@ -274,14 +213,14 @@ describe('each viewer gets their own rows and their own cache entries', () => {
     const keys: string[] = [];
     let cursor = '0';
     do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', `${REDIS_PREFIX}*`, 'COUNT', 500);
+      const [next, found] = await e2e.redis.scan(cursor, 'MATCH', `${REDIS_PREFIX}*`, 'COUNT', 500);
       keys.push(...found);
       cursor = next;
     } while (cursor !== '0');
     expect(keys.length).toBeGreaterThanOrEqual(3);
     for (const key of keys) {
       expect(key).toMatch(new RegExp(`^${REDIS_PREFIX}${WS}/cache/[0-9a-f]{64}$`));
-      const value = await redis.getBuffer(key);
+      const value = await e2e.redis.getBuffer(key);
       expectNoSecrets(value?.toString('latin1') ?? '', `the entry ${key}`);
     }
   });
@@ -396,7 +335,7 @@ describe('the CLI', () => {
       cli(['--json', 'roles', 'disable', 'nosuch']),
       cli(['roles', 'disable', 'nosuch']),
       cli(['--json', 'logins', 'list']),
-      cli(['--json', 'cache', 'stats', '--url', baseUrl]),
+      cli(['--json', 'cache', 'stats', '--url', e2e.url]),
     ]);
   });
 
@@ -880,17 +819,17 @@ describe('metrics and health', () => {
     expect(health.status).toBe(200);
     // The line is written asynchronously: wait (bounded) until it is out.
     await pollUntil(
-      async () => server.lines.some((line) => line.includes('"route":"/healthz"')),
+      async () => e2e.server.lines.some((line) => line.includes('"route":"/healthz"')),
       5000,
     );
-    const lines = server.lines.filter((line) => line.includes('"route":"/healthz"'));
+    const lines = e2e.server.lines.filter((line) => line.includes('"route":"/healthz"'));
     expect(JSON.parse(lines[0]!)).toMatchObject({
       msg: 'request completed',
       method: 'GET',
       route: '/healthz',
       status: 200,
     });
-    for (const line of server.lines) {
+    for (const line of e2e.server.lines) {
       expect(line).not.toContain('access_token');
       expect(line).not.toContain(tokens[ALICE]!);
     }
@@ -907,29 +846,29 @@ describe('metrics and health', () => {
 
 describe('shutdown and logs', () => {
   it('stops cleanly on SIGINT (exit 0)', async () => {
-    server.signal('SIGINT');
-    const exit = await server.closed;
-    expect(exit, server.stderr).toEqual({ code: 0, signal: null });
-    const messages = server.lines.map((line) => (parseJson(line) as { msg?: string })?.msg);
+    e2e.server.signal('SIGINT');
+    const exit = await e2e.server.closed;
+    expect(exit, e2e.server.stderr).toEqual({ code: 0, signal: null });
+    const messages = e2e.server.lines.map((line) => (parseJson(line) as { msg?: string })?.msg);
     expect(messages).toContain('shutting down');
   });
 
   it('wrote JSON lines only, no errors, and never a token, an email or the secret key', () => {
-    expect(server.lines.length).toBeGreaterThan(20);
-    const ready = server.lines.filter((line) => line.startsWith('{"url":'));
+    expect(e2e.server.lines.length).toBeGreaterThan(20);
+    const ready = e2e.server.lines.filter((line) => line.startsWith('{"url":'));
     expect(ready).toHaveLength(1);
-    for (const line of server.lines) {
+    for (const line of e2e.server.lines) {
       const entry = parseJson(line);
       expect(isRecord(entry), line).toBe(true);
       expectNoSecrets(line, 'a log line');
       expect((entry as { level?: number }).level ?? 0, line).toBeLessThan(50);
     }
-    expectNoSecrets(server.stderr, 'stderr');
+    expectNoSecrets(e2e.server.stderr, 'stderr');
     // The logs did see the requests, the refusals and the schedule.
-    const text = server.lines.join('\n');
+    const text = e2e.server.lines.join('\n');
     expect(text).toContain('E_NO_VIEWER');
     expect(text).toContain('E_NO_ROLES');
     expect(text).toContain('request completed');
-    for (const output of cliOutputs) expect(output).not.toContain(SECRET_KEY);
+    for (const output of e2e.cliOutputs) expect(output).not.toContain(SECRET_KEY);
   });
 });
