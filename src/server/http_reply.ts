@@ -16,11 +16,14 @@ export type ObserveRequest = (route: string, status: number) => void;
  * for /metrics in the same place (no onResponse hook to run per request).
  */
 export class RequestLog extends LogController {
-  constructor(
-    private readonly refusals: WeakMap<FastifyRequest, string>,
-    private readonly observeRequest: ObserveRequest,
-  ) {
+  readonly #refusals: WeakMap<FastifyRequest, string>;
+  readonly #observeRequest: ObserveRequest;
+
+  /** `refusals`: the error code of a refused request, set by the error handler. */
+  constructor(refusals: WeakMap<FastifyRequest, string>, observeRequest: ObserveRequest) {
     super();
+    this.#refusals = refusals;
+    this.#observeRequest = observeRequest;
   }
 
   override incomingRequest(): void {}
@@ -34,8 +37,8 @@ export class RequestLog extends LogController {
   ): void {
     const route = request.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    this.observeRequest(route, status);
-    const code = this.refusals.get(request);
+    this.#observeRequest(route, status);
+    const code = this.#refusals.get(request);
     request.log.info(
       {
         method: request.method,
