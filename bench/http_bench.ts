@@ -1,8 +1,9 @@
 /**
  * HTTP-level scenarios: the reference server, in process, on the run's Postgres and Redis, with
  * its real logger (level info, JSON lines to /dev/null). A cached request beside:
- * - `http_fastify_get`, the floor: a minimal Fastify route (no logger) that does one
- *   `getBuffer` of the same response bytes from the same Redis and sends them;
+ * - `http_fastify_get`, the floor: a minimal Fastify route (no logger) that takes the same
+ *   request (POST, JSON body, bearer header), does one `getBuffer` of the same response bytes
+ *   from the same Redis and sends them;
  * - `GET /healthz`, the server's cost of HTTP alone;
  * - an uncached one (a preview of the same runnable: it runs the query as the viewer every time).
  * Latency is one keep-alive connection; throughput is `HTTP_CONCURRENCY` connections.
@@ -138,7 +139,9 @@ export async function httpBench(
       id: 'http_fastify_get',
       label: 'floor: a minimal Fastify route doing one `getBuffer` of the same response bytes',
       async: true,
-      op: expect(agent, floor.url, 'GET', '/floor'),
+      // The same request as the cached one (POST, JSON body, bearer header): only the server's
+      // work differs.
+      op: expect(agent, floor.url, 'POST', '/floor', list),
     },
     {
       id: 'http_healthz',
@@ -216,7 +219,7 @@ async function floorServer(redisUrl: string, key: string) {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   redis.on('error', () => {});
   const app = Fastify();
-  app.get('/floor', async (_request, reply) => {
+  app.post('/floor', async (_request, reply) => {
     const bytes = await redis.getBuffer(key);
     return reply.header('content-type', 'application/json; charset=utf-8').send(bytes);
   });
