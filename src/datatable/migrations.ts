@@ -66,16 +66,11 @@ const MIGRATIONS: readonly Migration[] = [
   {
     version: 2,
     name: 'api tokens',
-    statements: [
-      // Bearer tokens of the reference server, stored as SHA-256 only.
-      `create table viewer_cache.api_token (
-        token_hash bytea primary key,
-        workspace text not null,
-        email text not null,
-        label text,
-        created_at timestamptz not null default now()
-      )`,
-    ],
+    // Once created the reference server's token table; the server now owns that table in its
+    // own schema (src/server/server_migrations.ts). Kept as an empty step so the version numbers
+    // of catalogs already migrated stay valid; catalogs that ran it keep the old table, which
+    // the server's migration copies from.
+    statements: [],
   },
   {
     version: 3,

@@ -1,46 +1,15 @@
 import { Command, CommanderError, Option } from 'commander';
-import pg from 'pg';
-import { pino } from 'pino';
-import { createDatatables, type Datatables, type Logger, ViewerCacheError } from '../index.js';
-import { readConfig, type ServerConfig } from './config.js';
+import { ViewerCacheError } from '../index.js';
+import { type GlobalOptions, output, withCatalog, workspaceArg } from './cli_context.js';
+import { addTokenCommands } from './cli_tokens.js';
+import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { createServerLogger, loadSecretKey, openDatabase, startServer } from './runtime.js';
-import { ApiTokens } from './tokens.js';
+import { createServerLogger, startServer } from './runtime.js';
+import { printWelcome } from './welcome.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
-
-interface GlobalOptions {
-  json?: boolean;
-  workspace: string;
-}
-
-/** Prints `value` as JSON with --json, else as the human text `render` makes of it. */
-function output<T>(program: Command, value: T, render: (value: T) => string): void {
-  const { json } = program.opts<GlobalOptions>();
-  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${render(value)}\n`);
-}
-
-/** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
-async function withCatalog<T>(
-  fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
-): Promise<T> {
-  const config = readConfig();
-  const logger: Logger = pino({ level: process.env['LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
-  const secretKey = await loadSecretKey(config);
-  const database = await openDatabase(config, logger);
-  let datatables: Datatables | undefined;
-  const pool = new pg.Pool({ connectionString: database.url, max: 2 });
-  try {
-    datatables = await createDatatables({ connection: database.url, secretKey, logger });
-    return await fn({ datatables, pool, config });
-  } finally {
-    await datatables?.close();
-    await pool.end();
-    await database.embedded?.stop();
-  }
-}
 
 export function buildCli(): Command {
   const program = new Command('viewer-cache')
@@ -48,7 +17,11 @@ export function buildCli(): Command {
       'Reference server and admin CLI of viewer-cache: data tables as the viewer, cached per viewer.',
     )
     .option('--json', 'print machine-readable JSON')
-    .addOption(new Option('-w, --workspace <id>', 'workspace').default(DEMO_WORKSPACE))
+    .addOption(
+      new Option('-w, --workspace <id>', 'workspace')
+        .default(DEMO_WORKSPACE)
+        .argParser(workspaceArg),
+    )
     .showHelpAfterError()
     .exitOverride();
   const ws = () => program.opts<GlobalOptions>().workspace;
@@ -60,15 +33,25 @@ export function buildCli(): Command {
     )
     .option('-p, --port <port>', 'port (default $PORT or 3000)')
     .option('--host <host>', 'interface to listen on (default $HOST or 127.0.0.1)')
-    .action(async (options: { port?: string; host?: string }) => {
+    .option(
+      '--demo',
+      'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
+    )
+    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
       const config = readConfig({
         ...process.env,
         ...(options.port ? { PORT: options.port } : {}),
         ...(options.host ? { HOST: options.host } : {}),
+        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
       });
       const logger = createServerLogger(config);
       const server = await startServer(config, logger);
-      printWelcome(server.url, server.demoTokens, program.opts<GlobalOptions>().json === true);
+      printWelcome(
+        process.stdout,
+        server.url,
+        server.demoTokens,
+        program.opts<GlobalOptions>().json === true,
+      );
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           logger.info({ signal }, 'shutting down');
@@ -77,7 +60,8 @@ export function buildCli(): Command {
         process.once('SIGINT', () => stop('SIGINT'));
         process.once('SIGTERM', () => stop('SIGTERM'));
       });
-      logger.flush?.();
+      // Log lines are written asynchronously: write what is left before the process exits.
+      await new Promise<void>((resolve) => logger.flush(() => resolve()));
     });
 
   program
@@ -89,18 +73,7 @@ export function buildCli(): Command {
       }),
     );
 
-  const token = program.command('token').description('bearer tokens for the HTTP API');
-  token
-    .command('create')
-    .description('create a token for a user (printed once; stored hashed)')
-    .requiredOption('--user <email>', 'the user the token signs in as')
-    .option('--label <text>', 'a note to recognise it by')
-    .action((options: { user: string; label?: string }) =>
-      withCatalog(async ({ pool }) => {
-        const created = await new ApiTokens(pool).create(ws(), options.user, options.label ?? null);
-        output(program, { token: created, workspace: ws() }, ({ token: value }) => value);
-      }),
-    );
+  addTokenCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles
@@ -265,31 +238,6 @@ export function buildCli(): Command {
     });
 
   return program;
-}
-
-function printWelcome(url: string, tokens: Record<string, string>, json: boolean): void {
-  if (json) {
-    process.stdout.write(`${JSON.stringify({ url, tokens })}\n`);
-    return;
-  }
-  const lines = [
-    `viewer-cache listening on ${url}`,
-    '',
-    'Try (each user sees only their rows; run twice for a cache hit):',
-  ];
-  for (const [email, value] of Object.entries(tokens)) {
-    if (email.startsWith('publisher')) continue;
-    lines.push(`  # ${email}`);
-    lines.push(
-      `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/apps/orders-dashboard/run -H 'authorization: Bearer ${value}' -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
-    );
-  }
-  lines.push('  # anonymous visitor of a public app (refused: no viewer)');
-  lines.push(
-    `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/public/apps/orders-public/run -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
-  );
-  lines.push(`  curl -s ${url}/metrics | grep viewer_cache_`, '', 'Ctrl-C stops everything.');
-  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 /** Runs the CLI; resolves to the process exit code. */

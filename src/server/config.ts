@@ -22,8 +22,17 @@ export interface ServerConfig {
   readonly logLevel: string;
   /** Pretty logs (a TTY), else JSON lines. */
   readonly prettyLogs: boolean;
-  /** Run the demo seed on start. */
+  /**
+   * Seed the demo workspace (roles, rows, users' tokens) on start: VIEWER_CACHE_DEMO=true, or by
+   * default on the embedded PostgreSQL only; never into a database you named unless asked.
+   */
   readonly seedDemo: boolean;
+  /** Longest a client may take to send a whole request, headers and body (ms). */
+  readonly requestTimeoutMs: number;
+  /** Open HTTP connections, all clients together. */
+  readonly maxConnections: number;
+  /** Open HTTP connections from one client address (behind a proxy: the proxy's). */
+  readonly maxConnectionsPerClient: number;
   /** How often the demo schedule runs. */
   readonly scheduleEveryMs: number;
 }
@@ -56,7 +65,25 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     prettyLogs:
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
-    seedDemo: env['VIEWER_CACHE_DEMO'] !== 'false',
+    seedDemo: flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO') ?? !env['DATABASE_URL'],
+    requestTimeoutMs: integer(
+      env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
+      'VIEWER_CACHE_REQUEST_TIMEOUT_MS',
+      100,
+      600_000,
+    ),
+    maxConnections: integer(
+      env['VIEWER_CACHE_MAX_CONNECTIONS'] ?? '1000',
+      'VIEWER_CACHE_MAX_CONNECTIONS',
+      1,
+      1_000_000,
+    ),
+    maxConnectionsPerClient: integer(
+      env['VIEWER_CACHE_MAX_CONNECTIONS_PER_CLIENT'] ?? '100',
+      'VIEWER_CACHE_MAX_CONNECTIONS_PER_CLIENT',
+      1,
+      1_000_000,
+    ),
     scheduleEveryMs: integer(
       env['VIEWER_CACHE_SCHEDULE_MS'] ?? '60000',
       'VIEWER_CACHE_SCHEDULE_MS',
@@ -64,6 +91,14 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       86_400_000,
     ),
   };
+}
+
+/** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */
+function flag(raw: string | undefined, name: string): boolean | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new TypeError(`${name} must be true or false (got ${JSON.stringify(raw)})`);
 }
 
 function integer(raw: string, name: string, min: number, max: number): number {

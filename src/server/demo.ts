@@ -1,5 +1,13 @@
 import pg from 'pg';
-import type { Datatables, RunContext, RunnableDefinition } from '../index.js';
+import {
+  type Datatables,
+  type ErrorCode,
+  errors,
+  type RunContext,
+  type RunnableDefinition,
+  ViewerCacheError,
+} from '../index.js';
+import type { AppDefinition } from './http.js';
 import type { ApiTokens } from './tokens.js';
 import { demoToken } from './tokens.js';
 
@@ -11,13 +19,6 @@ export const DEMO_USERS = {
   'carol@example.com': ['emea', 'amer'],
   'dave@example.com': [],
 } as const;
-
-/** An app: who published it (jobs run as them), whether anonymous visitors may use it. */
-export interface AppDefinition {
-  readonly publisher: string;
-  readonly public: boolean;
-  readonly runnables: readonly string[];
-}
 
 export interface DemoWorld {
   readonly runnables: Record<string, RunnableDefinition>;
@@ -38,10 +39,11 @@ const LIST_ORDERS =
   'select id, region, customer, amount::float8 as amount from demo.orders order by id';
 
 /**
- * The demo workspace's runnables: each reads `demo.orders` as the viewer. `baseUrl` is where the
- * server listens, for the runnable that starts a child over HTTP with its job token.
+ * The demo workspace's runnables: each reads `demo.orders` as the viewer. `childRunUrl` gives
+ * the server's job-token route for a workspace (built by the server from validated parts only),
+ * for the runnable that starts a child over HTTP with its job token.
  */
-export function demoWorld(baseUrl: () => string): DemoWorld {
+export function demoWorld(childRunUrl: (workspace: string) => URL): DemoWorld {
   const listAsViewer = async (ctx: RunContext): Promise<OrderRow[]> => {
     const client = await ctx.datatable('main', { as: 'viewer' });
     return (await client.query<OrderRow>(LIST_ORDERS)).rows;
@@ -74,15 +76,14 @@ export function demoWorld(baseUrl: () => string): DemoWorld {
     // A child job over HTTP with this job's token (as a remote worker or flow step would).
     'f/orders/remote_child': {
       fn: async (_args, ctx) => {
-        const response = await fetch(`${baseUrl()}/api/w/${ctx.workspace}/jobs/run_child`, {
+        const response = await fetch(childRunUrl(ctx.workspace), {
           method: 'POST',
           headers: { authorization: `Bearer ${ctx.jobToken}`, 'content-type': 'application/json' },
           body: JSON.stringify({ path: 'f/orders/list', args: {} }),
           signal: ctx.signal,
         });
-        const body = (await response.json()) as { result?: unknown; error?: { code: string } };
-        if (!response.ok)
-          throw new Error(`child run refused: ${body.error?.code ?? response.status}`);
+        const body = (await response.json()) as { result?: unknown; error?: { code?: unknown } };
+        if (!response.ok) throw childFailure(response.status, body.error?.code);
         return body.result;
       },
     },
@@ -106,8 +107,28 @@ export function demoWorld(baseUrl: () => string): DemoWorld {
 }
 
 /**
- * Seeds the demo workspace; every step is idempotent, so it runs on every start. `rolePrefix`
- * lets tests share a cluster (roles are cluster-wide).
+ * The error a child run's refusal becomes in its parent, keeping the child's code and status (a
+ * child's E_NO_VIEWER is the parent's 403 E_NO_VIEWER, not a runnable failure). A code the
+ * library does not know becomes a generic refusal with the child's 4xx status; a 5xx without a
+ * known code is the parent's runnable failure.
+ */
+function childFailure(status: number, code: unknown): Error {
+  if (typeof code === 'string' && Object.hasOwn(errors, code))
+    return new errors[code as ErrorCode]();
+  if (status >= 400 && status < 500) {
+    const known = typeof code === 'string' && /^E_[A-Z_]{1,40}$/.test(code);
+    return new ViewerCacheError('the child run was refused', {
+      code: known ? code : 'E_CHILD_REFUSED',
+      status,
+    });
+  }
+  return new Error(`child run failed with status ${status}`);
+}
+
+/**
+ * Seeds the demo workspace; every step is idempotent. It runs only when asked
+ * (VIEWER_CACHE_DEMO=true, `serve --demo`) or on the embedded default. `rolePrefix` lets tests
+ * share a cluster (roles are cluster-wide).
  */
 export async function seedDemo(options: {
   datatables: Datatables;
@@ -132,6 +153,9 @@ export async function seedDemo(options: {
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
   const client = new pg.Client({ connectionString: databaseUrl });
+  // A connection dying mid-seed fails the query in flight; without a listener it would also be
+  // an unhandled 'error' event.
+  client.on('error', () => {});
   await client.connect();
   try {
     await client.query('begin');

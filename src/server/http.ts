@@ -1,3 +1,5 @@
+// The route table (~300 lines): kept in one file so that how each route records its viewer reads
+// in one place; errors, schemas and the reply/log ends live beside it (http_*.ts).
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
 import {
@@ -5,23 +7,47 @@ import {
   type Datatables,
   type Executor,
   type Job,
+  type JobResult,
   type Logger,
   type RunOrigin,
   ViewerCacheError,
 } from '../index.js';
-import type { DemoWorld } from './demo.js';
-import type { Scheduler } from './scheduler.js';
+import { limitConnections } from './connection_limits.js';
+import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { RequestLog, sendResult } from './http_reply.js';
+import {
+  ajvOptions,
+  appParams,
+  hookBody,
+  hookParams,
+  MAX_PARAM_LENGTH,
+  type RunBody,
+  runBody,
+  workspaceParams,
+} from './http_schemas.js';
+import type { ScheduleStatus } from './scheduler.js';
 import type { ApiTokens, JobTokens, TokenIdentity } from './tokens.js';
+
+/** An app: who published it (jobs run as them), whether anonymous visitors may use it. */
+export interface AppDefinition {
+  readonly publisher: string;
+  readonly public: boolean;
+  readonly runnables: readonly string[];
+}
 
 export interface HttpDeps {
   logger: Logger;
   executor: Executor;
   cache: CachedExecutor;
   datatables: Datatables;
-  world: DemoWorld;
+  /** The apps served, by name. */
+  apps: Readonly<Record<string, AppDefinition>>;
+  /** Webhook name → runnable path. */
+  hooks: Readonly<Record<string, string>>;
+  /** What `GET /api/w/:workspace/schedules` reports. */
+  schedules(): ScheduleStatus[];
   apiTokens: ApiTokens;
   jobTokens: JobTokens;
-  scheduler: Scheduler;
   metrics: {
     registry: Registry;
     observeRequest(route: string, status: number): void;
@@ -31,35 +57,16 @@ export interface HttpDeps {
   pingStore?: () => Promise<void>;
   /** Largest request body accepted. @default 65536 */
   bodyLimit?: number;
+  /** Longest a client may take to send a whole request (ms). @default 10000 */
+  requestTimeoutMs?: number;
+  /** @default 1000 */
+  maxConnections?: number;
+  /** @default 100 */
+  maxConnectionsPerClient?: number;
 }
 
-/** An error answer: a stable code and a message safe to show (never data, never identities). */
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-const runBody = {
-  type: 'object',
-  required: ['path'],
-  additionalProperties: false,
-  properties: {
-    path: { type: 'string', minLength: 1, maxLength: 256 },
-    args: { type: 'object' },
-  },
-} as const;
-
-interface RunBody {
-  path: string;
-  args?: Record<string, unknown>;
-}
-
-const CLOSE = Buffer.from('}');
+/** Longer than the executor's longest run (60 s), so an idle socket is one nobody waits on. */
+const IDLE_SOCKET_MS = 70_000;
 
 /**
  * The reference HTTP API (Fastify). Every route builds a job whose viewer comes from how the
@@ -67,39 +74,55 @@ const CLOSE = Buffer.from('}');
  * webhook, the parent's viewer for a job token — never from the body.
  */
 export function buildHttpApp(deps: HttpDeps) {
-  const { executor, cache, world, apiTokens, jobTokens, metrics } = deps;
+  const { executor, cache, apps, hooks, apiTokens, jobTokens, metrics } = deps;
+  const requestTimeout = deps.requestTimeoutMs ?? 10_000;
+  /** The code of a refused request, for its log line (set only on the error path). */
+  const refusals = new WeakMap<FastifyRequest, string>();
   const app = Fastify({
     loggerInstance: deps.logger,
+    logController: new RequestLog(refusals, metrics.observeRequest),
     bodyLimit: deps.bodyLimit ?? 64 * 1024,
-    // Fastify's default strips unknown body fields; `additionalProperties: false` must refuse them.
-    ajv: { customOptions: { removeAdditional: false } },
+    // Fastify 5 turns all of these off by default, and with them Node's own: a body that never
+    // finishes would hold its connection forever.
+    requestTimeout,
+    connectionTimeout: IDLE_SOCKET_MS,
+    http: {
+      requestTimeout,
+      headersTimeout: requestTimeout,
+      // Node checks the two timeouts above only this often (30 s by default).
+      connectionsCheckingInterval: Math.min(1000, Math.ceil(requestTimeout / 4)),
+    },
+    clientErrorHandler: answerClientError,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    ajv: { customOptions: ajvOptions },
+    // Router-level refusals (an over-long segment's 414, a malformed URL) in the usual error
+    // format, instead of Fastify's own body that echoes the path.
+    frameworkErrors: (error, _request, reply) => {
+      const { status, code, message } = toHttpError(error);
+      void (reply as FastifyReply).status(status).send({ error: { code, message } });
+    },
+  });
+  limitConnections(app.server, {
+    maxConnections: deps.maxConnections ?? 1000,
+    maxConnectionsPerClient: deps.maxConnectionsPerClient ?? 100,
   });
   // Bodies are JSON only: without this, a text/plain body would reach the routes as a string.
   app.removeContentTypeParser('text/plain');
 
-  app.addHook('onResponse', async (request, reply) => {
-    metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.statusCode);
+  app.setErrorHandler((error: Error, request, reply) => {
+    const { status, code, message } = toHttpError(error);
+    refusals.set(request, code);
+    if (status >= 500) {
+      // A runnable's own error text can echo its args or rows: only the code and the kind of
+      // failure at error level; the text itself at debug, for whoever turns that on.
+      const cause = error.cause instanceof Error ? error.cause.name : undefined;
+      request.log.error({ code, cause }, 'request failed');
+      request.log.debug({ code, err: error.message }, 'request failure detail');
+    }
+    return reply.status(status).send({ error: { code, message } });
   });
-
-  app.setErrorHandler(
-    (
-      error: Error & { statusCode?: number; code?: string; validation?: unknown },
-      request,
-      reply,
-    ) => {
-      const { status, code, message } = toHttpError(error);
-      if (status >= 500) {
-        // A runnable's own error text can echo its args or rows: only the code and the kind of
-        // failure at error level; the text itself at debug, for whoever turns that on.
-        const cause = error.cause instanceof Error ? error.cause.name : undefined;
-        request.log.error({ code, cause }, 'request failed');
-        request.log.debug({ code, err: error.message }, 'request failure detail');
-      }
-      reply.status(status).send({ error: { code, message } });
-    },
-  );
   app.setNotFoundHandler((_request, reply) => {
-    reply.status(404).send({ error: { code: 'E_NOT_FOUND', message: 'no such route' } });
+    return reply.status(404).send({ error: { code: 'E_NOT_FOUND', message: 'no such route' } });
   });
 
   const authenticate = async (
@@ -117,21 +140,15 @@ export function buildHttpApp(deps: HttpDeps) {
   };
 
   const run = async (reply: FastifyReply, job: Job) => {
+    let result: JobResult;
     try {
-      const result = await cache.run(job);
-      metrics.observeJob('ok');
-      // The stored JSON bytes go out as they are: a hit is never parsed or re-serialised.
-      const head = Buffer.from(
-        `{"jobId":${JSON.stringify(job.id)},"fromCache":${result.fromCache},"result":`,
-      );
-      return reply
-        .header('content-type', 'application/json; charset=utf-8')
-        .header('x-viewer-cache', result.fromCache ? 'hit' : 'miss')
-        .send(Buffer.concat([head, result.json(), CLOSE]));
+      result = await cache.run(job);
     } catch (err) {
       metrics.observeJob(err instanceof ViewerCacheError ? err.code : 'E_INTERNAL');
       throw err;
     }
+    metrics.observeJob('ok');
+    sendResult(reply, job.id, result);
   };
 
   const createJob = (
@@ -151,7 +168,7 @@ export function buildHttpApp(deps: HttpDeps) {
     });
 
   const appRunnable = (appName: string, path: string, mustBePublic: boolean) => {
-    const definition = Object.hasOwn(world.apps, appName) ? world.apps[appName] : undefined;
+    const definition = Object.hasOwn(apps, appName) ? apps[appName] : undefined;
     if (definition === undefined || (mustBePublic && !definition.public)) {
       throw new HttpError(404, 'E_UNKNOWN_APP', 'no such app');
     }
@@ -163,17 +180,18 @@ export function buildHttpApp(deps: HttpDeps) {
 
   type WorkspaceParams = { workspace: string };
   type AppParams = WorkspaceParams & { app: string };
+  const runSchema = { params: workspaceParams, body: runBody };
 
   // App request by a signed-in user: runs as the publisher, for the user (the viewer).
   app.post<{ Params: AppParams; Body: RunBody }>(
     '/api/w/:workspace/apps/:app/run',
-    { schema: { body: runBody } },
+    { schema: { params: appParams, body: runBody } },
     async (request, reply) => {
       const { workspace, app: appName } = request.params;
       const identity = await authenticate(request, workspace);
       const definition = appRunnable(appName, request.body.path, false);
       const session = { email: identity.email };
-      return run(
+      await run(
         reply,
         createJob(workspace, request.body, definition.publisher, { kind: 'app', session }),
       );
@@ -183,11 +201,11 @@ export function buildHttpApp(deps: HttpDeps) {
   // A public app's anonymous visitor: no session, so no viewer.
   app.post<{ Params: AppParams; Body: RunBody }>(
     '/api/w/:workspace/public/apps/:app/run',
-    { schema: { body: runBody } },
+    { schema: { params: appParams, body: runBody } },
     async (request, reply) => {
       const { workspace, app: appName } = request.params;
       const definition = appRunnable(appName, request.body.path, true);
-      return run(
+      await run(
         reply,
         createJob(workspace, request.body, definition.publisher, { kind: 'app', session: null }),
       );
@@ -197,21 +215,21 @@ export function buildHttpApp(deps: HttpDeps) {
   // Direct run and preview by a signed-in caller: the caller is both runner and viewer.
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run',
-    { schema: { body: runBody } },
+    { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
       const caller = { email: (await authenticate(request, workspace)).email };
-      return run(reply, createJob(workspace, request.body, caller.email, { kind: 'run', caller }));
+      await run(reply, createJob(workspace, request.body, caller.email, { kind: 'run', caller }));
     },
   );
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/preview',
-    { schema: { body: runBody } },
+    { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
       const caller = { email: (await authenticate(request, workspace)).email };
       // Previews are never cached: they stand for a draft.
-      return run(
+      await run(
         reply,
         createJob(workspace, request.body, caller.email, { kind: 'preview', caller }, 0),
       );
@@ -221,7 +239,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // A child run with a job token: runs as the parent's runner, for the parent's viewer.
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run_child',
-    { schema: { body: runBody } },
+    { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
       const token = bearer(request);
@@ -231,27 +249,32 @@ export function buildHttpApp(deps: HttpDeps) {
       if (grant.workspace !== workspace)
         throw new HttpError(403, 'E_FORBIDDEN', 'that job belongs to another workspace');
       const origin: RunOrigin = { kind: 'job-token', parent: { perms: grant.perms } };
-      return run(reply, createJob(workspace, request.body, grant.perms.email, origin));
+      await run(reply, createJob(workspace, request.body, grant.perms.email, origin));
     },
   );
 
   // Webhook trigger: runs as the token's owner, with no viewer.
   app.post<{ Params: WorkspaceParams & { hook: string }; Body: Record<string, unknown> }>(
     '/api/w/:workspace/hooks/:hook',
+    { schema: { params: hookParams, body: hookBody } },
     async (request, reply) => {
       const { workspace, hook } = request.params;
       const identity = await authenticate(request, workspace);
-      const path = Object.hasOwn(world.hooks, hook) ? world.hooks[hook] : undefined;
+      const path = Object.hasOwn(hooks, hook) ? hooks[hook] : undefined;
       if (path === undefined) throw new HttpError(404, 'E_UNKNOWN_HOOK', 'no such webhook');
-      const args = isPlainObject(request.body) ? request.body : {};
-      return run(reply, createJob(workspace, { path, args }, identity.email, { kind: 'trigger' }));
+      const body = { path, args: request.body };
+      await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }));
     },
   );
 
-  app.get<{ Params: WorkspaceParams }>('/api/w/:workspace/schedules', async (request) => {
-    await authenticate(request, request.params.workspace);
-    return { schedules: deps.scheduler.status() };
-  });
+  app.get<{ Params: WorkspaceParams }>(
+    '/api/w/:workspace/schedules',
+    { schema: { params: workspaceParams } },
+    async (request) => {
+      await authenticate(request, request.params.workspace);
+      return { schedules: deps.schedules() };
+    },
+  );
 
   app.get('/api/cache/stats', async () => ({
     ...cache.stats,
@@ -289,40 +312,4 @@ function bearer(request: FastifyRequest): string | null {
   const header = request.headers.authorization;
   if (typeof header !== 'string' || !header.startsWith('Bearer ')) return null;
   return header.slice(7).trim() || null;
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-function toHttpError(error: Error & { statusCode?: number; code?: string; validation?: unknown }): {
-  status: number;
-  code: string;
-  message: string;
-} {
-  if (error instanceof HttpError)
-    return { status: error.status, code: error.code, message: error.message };
-  if (error instanceof ViewerCacheError) {
-    // 5xx messages may carry a runnable's own error text (data): say only what kind of failure.
-    const fallback =
-      (error.constructor as { defaultMessage?: string }).defaultMessage ?? 'internal error';
-    const safe = error.status < 500 ? error.message : fallback;
-    return { status: error.status, code: error.code, message: safe };
-  }
-  if (error.validation !== undefined) {
-    return { status: 400, code: 'E_BAD_REQUEST', message: `invalid request: ${error.message}` };
-  }
-  switch (error.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return { status: 413, code: 'E_PAYLOAD_TOO_LARGE', message: 'request body too large' };
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return { status: 415, code: 'E_UNSUPPORTED_MEDIA_TYPE', message: 'send application/json' };
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return { status: 400, code: 'E_BAD_REQUEST', message: 'malformed JSON body' };
-  }
-  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
-    return { status: error.statusCode, code: 'E_BAD_REQUEST', message: 'bad request' };
-  }
-  return { status: 500, code: 'E_INTERNAL', message: 'internal error' };
 }

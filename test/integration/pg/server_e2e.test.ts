@@ -1,21 +1,28 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { freePort } from '../../helpers/free_port.js';
-import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
+import { demoToken } from '../../../src/server/tokens.js';
+import { uniquePrefix } from '../../helpers/pg.js';
+import { E2eServer } from '../../helpers/server_e2e.js';
+import {
+  expectNoSecrets as expectNoSecretsIn,
+  expectOk,
+  expectRefused as expectRefusedWith,
+  type Secrets,
+} from '../../helpers/server_expect.js';
+import {
+  type Answer,
+  asRun,
+  type CliResult,
+  isRecord,
+  parseJson,
+  pollUntil,
+  sample,
+} from '../../helpers/server_process.js';
 
 // The reference server end to end, started the way a user starts it: `viewer-cache --json serve`
 // as a child process on a free port, on this file's own database and the suite's Redis, with
 // tokens made by the CLI. One server serves every check; the tests run in order and share it.
 
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-const MAIN = join(ROOT, 'src/server/main.ts');
 const WS = 'demo';
 const ALICE = 'alice@example.com';
 const BOB = 'bob@example.com';
@@ -28,6 +35,9 @@ const AMER_ROLE = `${prefix}sales_amer`;
 // Both pg projects (and other suites) share one Redis: this server's keys live under its own prefix.
 const REDIS_PREFIX = `vc-e2e:${prefix}`;
 const SECRET_KEY = randomBytes(32).toString('hex');
+/** The demo's derived tokens: seeded, but never printed when stdout is not a terminal. */
+const DEMO_EMAILS = [ALICE, BOB, CAROL, DAVE, 'publisher@example.com'];
+const DEMO_TOKENS = DEMO_EMAILS.map((email) => demoToken(SECRET_KEY, email));
 
 interface Order {
   id: number;
@@ -46,142 +56,28 @@ const EMEA_ROWS = rowsOf('emea');
 const AMER_ROWS = rowsOf('amer');
 const BOTH_ROWS = rowsOf('emea', 'amer');
 
-// ---------------------------------------------------------------------------------------------
-// Processes
+const e2e = new E2eServer({
+  prefix,
+  secretKey: SECRET_KEY,
+  redisUrl: inject('redisUrl'),
+  redisPrefix: REDIS_PREFIX,
+});
+const { request, cli, cliJson } = e2e;
+/** Tokens made with `token create`, by email. */
+const tokens: Record<string, string> = {};
+/** Alice's token in workspace `other`. */
+let otherWorkspaceToken: string;
 
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-/** `viewer-cache --json serve` in a child process, its output kept in memory line by line. */
-class ServerProcess {
-  readonly lines: string[] = [];
-  stderr = '';
-  readonly closed: Promise<Exit>;
-  readonly ready: Promise<{ url: string; tokens: Record<string, string> }>;
-  readonly #child: ChildProcess;
-
-  constructor(env: NodeJS.ProcessEnv) {
-    this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN, '--json', 'serve'], {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.#child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      this.stderr += chunk;
-    });
-    // 'close' comes after both output streams ended, so every line has been read by then.
-    this.closed = new Promise((resolve) =>
-      this.#child.once('close', (code, signal) => resolve({ code, signal })),
-    );
-    this.ready = new Promise((resolve, reject) => {
-      createInterface({ input: this.#child.stdout! }).on('line', (line) => {
-        this.lines.push(line);
-        const parsed = parseJson(line);
-        if (isRecord(parsed) && typeof parsed['url'] === 'string' && isRecord(parsed['tokens'])) {
-          resolve(parsed as { url: string; tokens: Record<string, string> });
-        }
-      });
-      void this.closed.then(({ code, signal }) =>
-        reject(
-          new Error(
-            `the server exited (code ${code}, signal ${signal}) before it was ready\n` +
-              `stderr:\n${this.stderr}\nstdout (last lines):\n${this.lines.slice(-20).join('\n')}`,
-          ),
-        ),
-      );
-    });
-    this.ready.catch(() => {});
-  }
-
-  get running(): boolean {
-    return this.#child.exitCode === null && this.#child.signalCode === null;
-  }
-
-  signal(signal: NodeJS.Signals): void {
-    if (this.running) this.#child.kill(signal);
-  }
-}
-
-interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-const cliOutputs: string[] = [];
-
-/** Runs the CLI (`viewer-cache ARGS`) as a user would, with the server's environment. */
-function cli(args: string[]): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      cwd: ROOT,
-      env: serverEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk;
-    });
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk;
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      cliOutputs.push(stdout, stderr);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-/** The CLI with `--json`, expected to succeed; its stdout parsed. */
-async function cliJson<T>(args: string[]): Promise<T> {
-  const result = await cli(['--json', ...args]);
-  if (result.code !== 0) {
-    throw new Error(`viewer-cache ${args.join(' ')} exited ${result.code}: ${result.stderr}`);
-  }
-  return JSON.parse(result.stdout) as T;
-}
-
-// ---------------------------------------------------------------------------------------------
-// HTTP
-
-interface Answer {
-  status: number;
-  headers: Headers;
-  text: string;
-  json: unknown;
-}
-
-async function request(
-  method: 'GET' | 'POST',
-  path: string,
-  options: { token?: string; body?: unknown; raw?: string; contentType?: string } = {},
-): Promise<Answer> {
-  const headers: Record<string, string> = {};
-  if (options.token !== undefined) headers['authorization'] = `Bearer ${options.token}`;
-  let body: string | undefined;
-  if (options.raw !== undefined || options.body !== undefined) {
-    body = options.raw ?? JSON.stringify(options.body);
-    headers['content-type'] = options.contentType ?? 'application/json';
-  }
-  const response = await fetch(`${baseUrl}${path}`, {
-    method,
-    headers,
-    ...(body === undefined ? {} : { body }),
-  });
-  const text = await response.text();
-  return { status: response.status, headers: response.headers, text, json: parseJson(text) };
-}
-
-interface RunAnswer extends Answer {
-  fromCache: boolean | undefined;
-  result: unknown;
-  /** The response bytes from `"result":` on: equal for a hit and the miss it repeats. */
-  resultBytes: string;
-}
+const secrets: Secrets = {
+  secretKey: SECRET_KEY,
+  tokens: () =>
+    [...Object.values(tokens), ...DEMO_TOKENS, otherWorkspaceToken].filter(
+      (token): token is string => typeof token === 'string' && token.length > 0,
+    ),
+};
+const expectNoSecrets = (text: string, what?: string) => expectNoSecretsIn(secrets, text, what);
+const expectRefused = (answer: Answer, status: number, code: string) =>
+  expectRefusedWith(secrets, answer, status, code);
 
 /** An app request (`orders-dashboard`) by the token's user. */
 async function appRun(token: string, path: string, args?: Record<string, unknown>) {
@@ -193,127 +89,15 @@ async function appRun(token: string, path: string, args?: Record<string, unknown
   );
 }
 
-function asRun(answer: Answer): RunAnswer {
-  const body = isRecord(answer.json) ? answer.json : {};
-  const at = answer.text.indexOf(',"result":');
-  return {
-    ...answer,
-    fromCache: typeof body['fromCache'] === 'boolean' ? body['fromCache'] : undefined,
-    result: body['result'],
-    resultBytes: at < 0 ? '' : answer.text.slice(at),
-  };
-}
-
-/** A successful run: 200, and the cache header agrees with the body. */
-function expectOk(answer: RunAnswer, fromCache: boolean): void {
-  expect(answer.status, answer.text).toBe(200);
-  expect(answer.fromCache).toBe(fromCache);
-  expect(answer.headers.get('x-viewer-cache')).toBe(fromCache ? 'hit' : 'miss');
-  expect(answer.headers.get('content-type')).toMatch(/^application\/json/);
-  expect(answer.json).toMatchObject({ jobId: expect.any(String) });
-}
-
-/** A clean refusal: the status, `{ error: { code, message } }` and nothing else worth stealing. */
-function expectRefused(answer: Answer, status: number, code: string): void {
-  expect(answer.status, answer.text).toBe(status);
-  expect(answer.json).toEqual({ error: { code, message: expect.any(String) } });
-  expect(answer.headers.get('x-viewer-cache')).toBeNull();
-  expectNoSecrets(answer.text);
-  // No stack trace, source location or internal detail.
-  expect(answer.text).not.toMatch(/\bat \S+ \(|\.ts:\d+|node_modules|Error:/);
-}
-
-/** Nothing a client or a log reader must not see: tokens, emails, the secret key. */
-function expectNoSecrets(text: string, what = 'text'): void {
-  expect(text, what).not.toContain('@example.com');
-  expect(text, what).not.toContain(SECRET_KEY);
-  expect(text, what).not.toMatch(/vc[tj]_[A-Za-z0-9_-]{20,}/);
-  for (const token of allTokens())
-    expect(text.includes(token), `${what} holds a token`).toBe(false);
-}
-
 async function scrapeMetrics(): Promise<string> {
   const answer = await request('GET', '/metrics');
   expect(answer.status).toBe(200);
   return answer.text;
 }
 
-/** The value of an unlabelled sample, or of the first sample whose labels contain `labels`. */
-function sample(metrics: string, name: string, labels = ''): number {
-  for (const line of metrics.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    if (labels === '' ? !rest.startsWith(' ') : !(rest.startsWith('{') && rest.includes(labels)))
-      continue;
-    return Number(rest.slice(rest.lastIndexOf(' ') + 1));
-  }
-  return Number.NaN;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-// ---------------------------------------------------------------------------------------------
-// One server for the whole file
-
-let db: TestDatabase;
-let dataDir: string;
-let serverEnv: NodeJS.ProcessEnv;
-let server: ServerProcess;
-let baseUrl: string;
-let demoTokens: Record<string, string> = {};
-/** Tokens made with `token create`, by email; `other` is alice's in workspace `other`. */
-const tokens: Record<string, string> = {};
-let otherWorkspaceToken: string;
-let redis: Redis;
-
-function allTokens(): string[] {
-  return [...Object.values(tokens), ...Object.values(demoTokens), otherWorkspaceToken].filter(
-    (token): token is string => typeof token === 'string' && token.length > 0,
-  );
-}
-
 beforeAll(async () => {
-  db = await createTestDatabase(prefix);
-  dataDir = await mkdtemp(join(tmpdir(), 'viewer-cache-e2e-'));
-  const port = await freePort();
-  const inherited: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of Object.keys(inherited)) {
-    if (name.startsWith('VIEWER_CACHE_') || name === 'REDIS_CLUSTER' || name === 'FORCE_COLOR')
-      delete inherited[name];
-  }
-  serverEnv = {
-    ...inherited,
-    DATABASE_URL: db.url,
-    REDIS_URL: inject('redisUrl'),
-    VIEWER_CACHE_REDIS_PREFIX: REDIS_PREFIX,
-    // The 200 ms default degrades runs to uncached when a loaded machine stalls: hits must be hits.
-    VIEWER_CACHE_REDIS_TIMEOUT_MS: '5000',
-    VIEWER_CACHE_SECRET_KEY: SECRET_KEY,
-    VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
-    VIEWER_CACHE_DATA_DIR: dataDir,
-    // Only the first scheduled run (before the ready line): later ones would move the counters.
-    VIEWER_CACHE_SCHEDULE_MS: '86400000',
-    HOST: '127.0.0.1',
-    PORT: String(port),
-    LOG_FORMAT: 'json',
-    LOG_LEVEL: 'debug',
-    NO_COLOR: '1',
-  };
-  redis = new Redis(inject('redisUrl'), { lazyConnect: true, maxRetriesPerRequest: 1 });
-  redis.on('error', () => {});
-
   // The catalog is migrated in the template, so the CLI and the server can start together.
-  server = new ServerProcess(serverEnv);
+  await e2e.start();
   const made = await Promise.all([
     ...[ALICE, BOB, CAROL, DAVE].map((email) =>
       cliJson<{ token: string; workspace: string }>(['token', 'create', '--user', email]),
@@ -334,35 +118,18 @@ beforeAll(async () => {
   otherWorkspaceToken = made[4]!.token;
   expect(made[4]!.workspace).toBe('other');
 
-  const ready = await server.ready;
-  baseUrl = ready.url;
-  demoTokens = ready.tokens;
-  expect(baseUrl).toBe(`http://127.0.0.1:${port}`);
+  const ready = await e2e.ready();
+  expect(ready.url).toBe(`http://127.0.0.1:${e2e.port}`);
+  // stdout is a pipe, not a terminal: the ready line names no token.
+  expect(ready).toEqual({ url: ready.url });
   // The CLI's tokens are new ones, not the demo's derived tokens.
   for (const email of [ALICE, BOB, CAROL, DAVE]) {
     expect(tokens[email]).toMatch(/^vct_/);
-    expect(tokens[email]).not.toBe(demoTokens[email]);
+    expect(DEMO_TOKENS).not.toContain(tokens[email]);
   }
 });
 
-afterAll(async () => {
-  if (server?.running) {
-    server.signal('SIGKILL');
-    await server.closed;
-  }
-  if (redis !== undefined) {
-    // Only this file's prefix: both pg projects and the redis suite share the server.
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${REDIS_PREFIX}*`, 'COUNT', 500);
-      if (keys.length > 0) await redis.del(...keys);
-      cursor = next;
-    } while (cursor !== '0');
-    redis.disconnect();
-  }
-  await db?.drop();
-  if (dataDir !== undefined) await rm(dataDir, { recursive: true, force: true });
-});
+afterAll(() => e2e.stop());
 
 // ---------------------------------------------------------------------------------------------
 
@@ -446,14 +213,14 @@ describe('each viewer gets their own rows and their own cache entries', () => {
     const keys: string[] = [];
     let cursor = '0';
     do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', `${REDIS_PREFIX}*`, 'COUNT', 500);
+      const [next, found] = await e2e.redis.scan(cursor, 'MATCH', `${REDIS_PREFIX}*`, 'COUNT', 500);
       keys.push(...found);
       cursor = next;
     } while (cursor !== '0');
     expect(keys.length).toBeGreaterThanOrEqual(3);
     for (const key of keys) {
       expect(key).toMatch(new RegExp(`^${REDIS_PREFIX}${WS}/cache/[0-9a-f]{64}$`));
-      const value = await redis.getBuffer(key);
+      const value = await e2e.redis.getBuffer(key);
       expectNoSecrets(value?.toString('latin1') ?? '', `the entry ${key}`);
     }
   });
@@ -473,6 +240,15 @@ describe('runs with no viewer are refused a viewer connection', () => {
       403,
       'E_NO_VIEWER',
     );
+  });
+
+  it("a child job's refusal keeps its code: the public app's remote child is 403 E_NO_VIEWER", async () => {
+    // The parent has no viewer, so its child (started over HTTP with the job token) has none
+    // either and is refused; the parent's caller gets that refusal, not a runnable failure.
+    const answer = await request('POST', `/api/w/${WS}/public/apps/orders-public/run`, {
+      body: { path: 'f/orders/remote_child' },
+    });
+    expectRefused(answer, 403, 'E_NO_VIEWER');
   });
 
   it('the webhook, even with a signed-in token: 403 E_NO_VIEWER', async () => {
@@ -559,7 +335,7 @@ describe('the CLI', () => {
       cli(['--json', 'roles', 'disable', 'nosuch']),
       cli(['roles', 'disable', 'nosuch']),
       cli(['--json', 'logins', 'list']),
-      cli(['--json', 'cache', 'stats', '--url', baseUrl]),
+      cli(['--json', 'cache', 'stats', '--url', e2e.url]),
     ]);
   });
 
@@ -619,6 +395,72 @@ describe('the CLI', () => {
     });
     expect(counters['hits']).toBeGreaterThanOrEqual(4);
     expect(counters['misses']).toBeGreaterThanOrEqual(4);
+  });
+});
+
+describe('tokens: checked input, listed, revoked everywhere within a second', () => {
+  it('token create refuses an empty user and a workspace that is not an id (exit 2)', async () => {
+    const [empty, notEmail, traversal] = await Promise.all([
+      cli(['token', 'create', '--user', '']),
+      cli(['token', 'create', '--user', 'alice']),
+      cli(['-w', '../../x', 'token', 'create', '--user', ALICE]),
+    ]);
+    for (const result of [empty, notEmail, traversal]) {
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stdout).not.toMatch(/vct_/);
+    }
+    expect(empty.stderr).toContain('email address');
+    expect(traversal.stderr).toContain('workspace');
+  });
+
+  it('token list shows ids, never tokens; token revoke reaches the running server within 1 s', async () => {
+    const made = await cliJson<{ token: string }>([
+      'token',
+      'create',
+      '--user',
+      BOB,
+      '--label',
+      'to-revoke',
+    ]);
+    tokens['revoked'] = made.token;
+    const run = () => request('GET', `/api/w/${WS}/schedules`, { token: made.token });
+    // Used once, so the server has it in its token cache.
+    expect((await run()).status).toBe(200);
+
+    const listed = await cli(['--json', 'token', 'list']);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).not.toMatch(/vct_/);
+    const rows = JSON.parse(listed.stdout) as { id: string; email: string; label: string | null }[];
+    const mine = rows.filter((row) => row.label === 'to-revoke');
+    expect(mine).toEqual([
+      {
+        id: expect.stringMatching(/^[0-9a-f]{12}$/),
+        email: BOB,
+        label: 'to-revoke',
+        createdAt: expect.any(String),
+      },
+    ]);
+    // The other workspace's token is not listed here.
+    expect(rows.map((row) => row.email).sort()).toEqual(
+      [ALICE, BOB, BOB, CAROL, DAVE, ...DEMO_EMAILS].sort(),
+    );
+
+    const revoked = await cli(['--json', 'token', 'revoke', mine[0]!.id]);
+    expect(revoked.code, revoked.stderr).toBe(0);
+    expect(JSON.parse(revoked.stdout)).toEqual({ revoked: 1 });
+    const took = await pollUntil(async () => (await run()).status === 401, 1000);
+    expect(took).toBeLessThanOrEqual(1000);
+    expectRefused(await run(), 401, 'E_UNAUTHENTICATED');
+    // Everyone else's tokens still work.
+    expect((await request('GET', `/api/w/${WS}/schedules`, { token: tokens[BOB]! })).status).toBe(
+      200,
+    );
+
+    const again = await cli(['--json', 'token', 'revoke', mine[0]!.id]);
+    expect(again.code).toBe(1);
+    expect(JSON.parse(again.stdout)).toEqual({
+      error: { code: 'E_UNKNOWN_TOKEN', message: expect.any(String) },
+    });
   });
 });
 
@@ -703,6 +545,94 @@ describe('bad requests get a clean 4xx and the server keeps serving', () => {
         request('POST', run, { token: tokens[ALICE]!, body: { path: 'f/orders/list', args: [] } }),
       status: 400,
       code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a path that is an array (no coercion)',
+      send: () =>
+        request('POST', run, { token: tokens[ALICE]!, body: { path: ['f/orders/list'] } }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a path that is a number (no coercion)',
+      send: () => request('POST', run, { token: tokens[ALICE]!, body: { path: 1 } }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a NUL byte in args (a Postgres data exception)',
+      send: () =>
+        request('POST', run, {
+          token: tokens[ALICE]!,
+          body: { path: 'f/orders/by_region', args: { region: 'em\u0000ea' } },
+        }),
+      status: 400,
+      code: 'E_INVALID_DATA',
+    },
+    {
+      name: 'a workspace that is not an id, on the public route',
+      send: () =>
+        request('POST', `/api/w/x%2F..%2F..%2Fhealthz%3F/public/apps/orders-public/run`, {
+          body: { path: 'f/orders/remote_child' },
+        }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a workspace that is not an id, on the job-token route',
+      send: () =>
+        request('POST', `/api/w/de%20mo/jobs/run_child`, { body: { path: 'f/orders/list' } }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'an app name that is not a name',
+      send: () =>
+        request('POST', `/api/w/${WS}/apps/Orders%0ADashboard/run`, {
+          token: tokens[ALICE]!,
+          body: { path: 'f/orders/list' },
+        }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a webhook name that is not a name',
+      send: () =>
+        request('POST', `/api/w/${WS}/hooks/..%2Forders-refresh`, {
+          token: tokens[ALICE]!,
+          body: {},
+        }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a webhook payload that is not an object',
+      send: () =>
+        request('POST', `/api/w/${WS}/hooks/orders-refresh`, { token: tokens[ALICE]!, raw: '"x"' }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a schedules request for a workspace that is not an id',
+      send: () => request('GET', `/api/w/de%3Fmo/schedules`, { token: tokens[ALICE]! }),
+      status: 400,
+      code: 'E_BAD_REQUEST',
+    },
+    {
+      name: 'a path segment over 128 characters',
+      send: () =>
+        request('POST', `/api/w/${'w'.repeat(200)}/jobs/run`, {
+          token: tokens[ALICE]!,
+          body: { path: 'f/orders/list' },
+        }),
+      status: 414,
+      code: 'E_URI_TOO_LONG',
+    },
+    {
+      name: 'a URL over 16 KiB',
+      send: () => request('GET', `/healthz?q=${'u'.repeat(20_000)}`),
+      status: 431,
+      code: 'E_HEADERS_TOO_LARGE',
     },
     {
       name: 'an unknown runnable in an app',
@@ -829,7 +759,10 @@ describe('bad requests get a clean 4xx and the server keeps serving', () => {
   ];
 
   it.each(cases)('$name → $status $code', async ({ send, status, code }) => {
-    expectRefused(await send(), status, code);
+    const answer = await send();
+    expectRefused(answer, status, code);
+    // Nothing the client sent comes back (an over-long URL is not echoed).
+    expect(answer.text).not.toMatch(/www|uuu|\.\.|healthz/);
     // And the next ordinary request is served (from the cache: alice ran it before).
     const next = await appRun(tokens[ALICE]!, 'f/orders/list');
     expectOk(next, true);
@@ -881,6 +814,27 @@ describe('metrics and health', () => {
     expect(metrics).not.toMatch(/viewer="|email="|key="|token="/);
   });
 
+  it('a token in a query string is served but never logged: the log line has the route', async () => {
+    const health = await request('GET', `/healthz?access_token=${tokens[ALICE]!}`);
+    expect(health.status).toBe(200);
+    // The line is written asynchronously: wait (bounded) until it is out.
+    await pollUntil(
+      async () => e2e.server.lines.some((line) => line.includes('"route":"/healthz"')),
+      5000,
+    );
+    const lines = e2e.server.lines.filter((line) => line.includes('"route":"/healthz"'));
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      msg: 'request completed',
+      method: 'GET',
+      route: '/healthz',
+      status: 200,
+    });
+    for (const line of e2e.server.lines) {
+      expect(line).not.toContain('access_token');
+      expect(line).not.toContain(tokens[ALICE]!);
+    }
+  });
+
   it('/healthz and /readyz answer 200 with Postgres and Redis up', async () => {
     const health = await request('GET', '/healthz');
     expect(health.status).toBe(200);
@@ -892,32 +846,29 @@ describe('metrics and health', () => {
 
 describe('shutdown and logs', () => {
   it('stops cleanly on SIGINT (exit 0)', async () => {
-    server.signal('SIGINT');
-    const exit = await server.closed;
-    expect(exit, server.stderr).toEqual({ code: 0, signal: null });
-    const messages = server.lines.map((line) => (parseJson(line) as { msg?: string })?.msg);
+    e2e.server.signal('SIGINT');
+    const exit = await e2e.server.closed;
+    expect(exit, e2e.server.stderr).toEqual({ code: 0, signal: null });
+    const messages = e2e.server.lines.map((line) => (parseJson(line) as { msg?: string })?.msg);
     expect(messages).toContain('shutting down');
   });
 
   it('wrote JSON lines only, no errors, and never a token, an email or the secret key', () => {
-    expect(server.lines.length).toBeGreaterThan(20);
-    const ready = server.lines.filter((line) => line.startsWith('{"url":'));
-    // The ready line is the one place demo tokens are printed, by design.
+    expect(e2e.server.lines.length).toBeGreaterThan(20);
+    const ready = e2e.server.lines.filter((line) => line.startsWith('{"url":'));
     expect(ready).toHaveLength(1);
-    expect(ready[0]).not.toContain(SECRET_KEY);
-    for (const line of server.lines) {
+    for (const line of e2e.server.lines) {
       const entry = parseJson(line);
       expect(isRecord(entry), line).toBe(true);
-      if (line === ready[0]) continue;
       expectNoSecrets(line, 'a log line');
       expect((entry as { level?: number }).level ?? 0, line).toBeLessThan(50);
     }
-    expectNoSecrets(server.stderr, 'stderr');
+    expectNoSecrets(e2e.server.stderr, 'stderr');
     // The logs did see the requests, the refusals and the schedule.
-    const text = server.lines.join('\n');
+    const text = e2e.server.lines.join('\n');
     expect(text).toContain('E_NO_VIEWER');
     expect(text).toContain('E_NO_ROLES');
     expect(text).toContain('request completed');
-    for (const output of cliOutputs) expect(output).not.toContain(SECRET_KEY);
+    for (const output of e2e.cliOutputs) expect(output).not.toContain(SECRET_KEY);
   });
 });

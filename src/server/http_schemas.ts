@@ -1,0 +1,53 @@
+/**
+ * JSON schemas of every route's params and body, validated by Fastify (Ajv) before a handler
+ * runs, with type coercion off: `{"path": 1}` or `{"path": ["x"]}` is a 400, never a string.
+ */
+
+/** A workspace id, as the library accepts it (cache keys, catalog). */
+export const WORKSPACE_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$';
+export const WORKSPACE_RE = new RegExp(WORKSPACE_PATTERN);
+/** App and webhook names: lower-case words joined by `-` or `_`. */
+const NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,62}$';
+/** The longest path segment the router accepts; longer is a 414. */
+export const MAX_PARAM_LENGTH = 128;
+
+const workspace = { type: 'string', pattern: WORKSPACE_PATTERN } as const;
+const name = { type: 'string', pattern: NAME_PATTERN } as const;
+
+const params = <P extends Record<string, unknown>>(properties: P) =>
+  ({
+    type: 'object',
+    required: Object.keys(properties),
+    additionalProperties: false,
+    properties,
+  }) as const;
+
+export const workspaceParams = params({ workspace });
+export const appParams = params({ workspace, app: name });
+export const hookParams = params({ workspace, hook: name });
+
+export const runBody = {
+  type: 'object',
+  required: ['path'],
+  additionalProperties: false,
+  properties: {
+    path: { type: 'string', minLength: 1, maxLength: 256 },
+    args: { type: 'object' },
+  },
+} as const;
+
+/** A webhook's payload: any JSON object, passed to the runnable as its args. */
+export const hookBody = { type: 'object' } as const;
+
+export interface RunBody {
+  path: string;
+  args?: Record<string, unknown>;
+}
+
+/** Ajv options: no coercion, no silent removal of unknown fields, no defaults filled in. */
+export const ajvOptions = {
+  coerceTypes: false,
+  removeAdditional: false,
+  useDefaults: false,
+  allErrors: false,
+} as const;

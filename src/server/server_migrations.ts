@@ -1,0 +1,98 @@
+import type pg from 'pg';
+
+/**
+ * The reference server's own schema. The library's catalog (`viewer_cache`) knows nothing of
+ * bearer tokens: they are this server's concept, so their table and its migrations live here.
+ */
+export const SERVER_SCHEMA = 'viewer_cache_server';
+/** Serialises server migrations across processes ('vcserver' in ASCII). */
+const MIGRATION_LOCK = 0x7663736572766572n;
+
+interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly statements: readonly string[];
+}
+
+/** Versioned, append-only: never edit a released migration, add the next one. */
+const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'api tokens',
+    statements: [
+      // Bearer tokens, stored as SHA-256 only.
+      `create table ${SERVER_SCHEMA}.api_token (
+        token_hash bytea primary key,
+        workspace text not null,
+        email text not null,
+        label text,
+        created_at timestamptz not null default now()
+      )`,
+      // Databases made before the server owned its schema kept tokens in the library's catalog
+      // (`viewer_cache.api_token`, catalog migration 2): carry them over, so they keep working.
+      `do $$ begin
+         if to_regclass('viewer_cache.api_token') is not null then
+           insert into ${SERVER_SCHEMA}.api_token (token_hash, workspace, email, label, created_at)
+             select token_hash, workspace, email, label, created_at from viewer_cache.api_token
+             on conflict (token_hash) do nothing;
+         end if;
+       end $$`,
+      // Bumped by every revocation; each process polls it to drop its token cache (tokens.ts).
+      `create table ${SERVER_SCHEMA}.token_generation (
+        id boolean primary key default true check (id),
+        value bigint not null
+      )`,
+      `insert into ${SERVER_SCHEMA}.token_generation (id, value) values (true, 1)`,
+    ],
+  },
+];
+
+export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * Brings the server's schema up to date; safe from many processes at once (an advisory
+ * transaction lock serialises them; each migration is recorded in the transaction that applies
+ * it). Refuses a schema newer than this build. Returns the versions applied by this call.
+ */
+export async function migrateServer(pool: pg.Pool): Promise<number[]> {
+  const client = await pool.connect();
+  const applied: number[] = [];
+  try {
+    await client.query('begin');
+    await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK.toString()]);
+    await client.query(`create schema if not exists ${SERVER_SCHEMA}`);
+    await client.query(
+      `create table if not exists ${SERVER_SCHEMA}.migration (
+        version int primary key,
+        name text not null,
+        applied_at timestamptz not null default now()
+      )`,
+    );
+    const { rows } = await client.query<{ version: number }>(
+      `select version from ${SERVER_SCHEMA}.migration`,
+    );
+    const done = new Set(rows.map((row) => row.version));
+    const newest = Math.max(0, ...done);
+    if (newest > LATEST_SERVER_VERSION) {
+      throw new Error(
+        `the server schema is at version ${newest}, newer than this build (${LATEST_SERVER_VERSION}): upgrade viewer-cache`,
+      );
+    }
+    for (const migration of MIGRATIONS) {
+      if (done.has(migration.version)) continue;
+      for (const statement of migration.statements) await client.query(statement);
+      await client.query(`insert into ${SERVER_SCHEMA}.migration (version, name) values ($1, $2)`, [
+        migration.version,
+        migration.name,
+      ]);
+      applied.push(migration.version);
+    }
+    await client.query('commit');
+    return applied;
+  } catch (err) {
+    await client.query('rollback').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}

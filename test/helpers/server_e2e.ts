@@ -1,0 +1,109 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from './free_port.js';
+import { createTestDatabase, type TestDatabase } from './pg.js';
+import {
+  type CliResult,
+  clearRedisPrefix,
+  httpRequest,
+  type RequestOptions,
+  runCli,
+  ServerProcess,
+  serverEnv,
+} from './server_process.js';
+
+export interface E2eOptions {
+  /** Role and database prefix of this file (roles are cluster-wide). */
+  readonly prefix: string;
+  readonly secretKey: string;
+  readonly redisUrl: string;
+  /** This server's keys in the shared Redis. */
+  readonly redisPrefix: string;
+}
+
+/**
+ * The end-to-end server of `server_e2e.test.ts`: `viewer-cache --json serve` on its own database
+ * (demo seeded, role names prefixed) and the suite's Redis, and the CLI with the same
+ * environment. Every CLI output is kept, for the test that checks nothing secret was printed.
+ */
+export class E2eServer {
+  readonly cliOutputs: string[] = [];
+  env: NodeJS.ProcessEnv = {};
+  server!: ServerProcess;
+  /** The server's URL, once it is ready. */
+  url = '';
+  port = 0;
+  /** A client of the shared Redis, for looking at this server's entries. */
+  redis!: Redis;
+  #db: TestDatabase | undefined;
+  #dataDir: string | undefined;
+
+  constructor(readonly options: E2eOptions) {}
+
+  /** Creates the database and starts the server (without waiting for it: see `ready`). */
+  async start(): Promise<void> {
+    const { prefix, secretKey, redisUrl, redisPrefix } = this.options;
+    this.#db = await createTestDatabase(prefix);
+    this.#dataDir = await mkdtemp(join(tmpdir(), 'viewer-cache-e2e-'));
+    this.port = await freePort();
+    this.env = serverEnv({
+      DATABASE_URL: this.#db.url,
+      REDIS_URL: redisUrl,
+      VIEWER_CACHE_REDIS_PREFIX: redisPrefix,
+      // The 200 ms default degrades runs to uncached when a loaded machine stalls: hits must be hits.
+      VIEWER_CACHE_REDIS_TIMEOUT_MS: '5000',
+      VIEWER_CACHE_SECRET_KEY: secretKey,
+      // DATABASE_URL is set, so the demo is seeded only when asked.
+      VIEWER_CACHE_DEMO: 'true',
+      VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
+      VIEWER_CACHE_DATA_DIR: this.#dataDir,
+      // Only the first scheduled run (before the ready line): later ones would move the counters.
+      VIEWER_CACHE_SCHEDULE_MS: '86400000',
+      HOST: '127.0.0.1',
+      PORT: String(this.port),
+      LOG_LEVEL: 'debug',
+    });
+    this.redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
+    this.redis.on('error', () => {});
+    this.server = new ServerProcess(this.env);
+  }
+
+  /** Waits for the ready line; resolves to what it said. */
+  async ready(): Promise<{ url: string; tokens?: Record<string, string> }> {
+    const ready = await this.server.ready;
+    this.url = ready.url;
+    return ready;
+  }
+
+  readonly request = (method: 'GET' | 'POST', path: string, options?: RequestOptions) =>
+    httpRequest(this.url, method, path, options);
+
+  /** The CLI with the server's environment. */
+  readonly cli = async (args: string[]): Promise<CliResult> => {
+    const result = await runCli(this.env, args);
+    this.cliOutputs.push(result.stdout, result.stderr);
+    return result;
+  };
+
+  /** The CLI with `--json`, expected to succeed; its stdout parsed. */
+  readonly cliJson = async <T>(args: string[]): Promise<T> => {
+    const result = await this.cli(['--json', ...args]);
+    if (result.code !== 0) {
+      throw new Error(`viewer-cache ${args.join(' ')} exited ${result.code}: ${result.stderr}`);
+    }
+    return JSON.parse(result.stdout) as T;
+  };
+
+  /** Kills the server if it still runs, and removes its keys, database and folder. */
+  async stop(): Promise<void> {
+    if (this.server?.running) await this.server.kill();
+    if (this.redis !== undefined) {
+      await clearRedisPrefix(this.redis, this.options.redisPrefix);
+      this.redis.disconnect();
+    }
+    await this.#db?.drop();
+    if (this.#dataDir !== undefined) await rm(this.#dataDir, { recursive: true, force: true });
+  }
+}

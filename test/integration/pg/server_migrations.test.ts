@@ -1,0 +1,81 @@
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { migrateCatalog } from '../../../src/datatable/migrations.js';
+import { LATEST_SERVER_VERSION, migrateServer } from '../../../src/server/server_migrations.js';
+import { ApiTokens } from '../../../src/server/tokens.js';
+import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
+
+// The reference server owns its schema (`viewer_cache_server`); the library's catalog no longer
+// creates the server's token table. A catalog migrated by an older build, whose migration 2
+// created `viewer_cache.api_token`, keeps its tokens working.
+
+const fresh = `${uniquePrefix()}fresh`;
+const legacy = `${uniquePrefix()}legacy`;
+const pools: pg.Pool[] = [];
+const TOKEN = `vct_${'L'.repeat(43)}`;
+
+const poolFor = (database: string) => {
+  const pool = new pg.Pool({ connectionString: adminUrlFor(database), max: 1 });
+  pool.on('error', () => {});
+  pools.push(pool);
+  return pool;
+};
+
+const regclass = (database: string, name: string) =>
+  asAdmin(database, async (c) => (await c.query('select to_regclass($1) as t', [name])).rows[0].t);
+
+beforeAll(async () => {
+  await asAdmin('postgres', async (c) => {
+    await c.query(`create database ${fresh}`);
+    await c.query(`create database ${legacy}`);
+  });
+  // What an older build left: the catalog at version 3 with the token table of migration 2.
+  await migrateCatalog(poolFor(legacy));
+  await asAdmin(legacy, async (c) => {
+    await c.query(`create table viewer_cache.api_token (
+      token_hash bytea primary key, workspace text not null, email text not null, label text,
+      created_at timestamptz not null default now())`);
+    await c.query(
+      `insert into viewer_cache.api_token (token_hash, workspace, email, label) values ($1, 'demo', 'alice@example.com', 'old')`,
+      [createHash('sha256').update(TOKEN).digest()],
+    );
+  });
+});
+
+afterAll(async () => {
+  await Promise.allSettled(pools.map((pool) => pool.end()));
+  await asAdmin('postgres', async (c) => {
+    await c.query(`drop database if exists ${fresh} with (force)`);
+    await c.query(`drop database if exists ${legacy} with (force)`);
+  });
+});
+
+it("the catalog's migrations no longer create the server's token table", async () => {
+  await migrateCatalog(poolFor(fresh));
+  expect(await regclass(fresh, 'viewer_cache.api_token')).toBeNull();
+});
+
+it('three servers migrate their schema at once: each version applied once, then nothing', async () => {
+  const racers = [poolFor(fresh), poolFor(fresh), poolFor(fresh)];
+  const applied = await Promise.all(racers.map((pool) => migrateServer(pool)));
+  const all = Array.from({ length: LATEST_SERVER_VERSION }, (_, i) => i + 1);
+  expect(applied.filter((versions) => versions.length > 0)).toEqual([all]);
+  expect(await regclass(fresh, 'viewer_cache_server.api_token')).toBe(
+    'viewer_cache_server.api_token',
+  );
+  expect(await Promise.all(racers.map((pool) => migrateServer(pool)))).toEqual([[], [], []]);
+});
+
+it("an older catalog's tokens keep working after the server's migration", async () => {
+  const pool = poolFor(legacy);
+  expect(await migrateServer(pool)).toEqual([1]);
+  const tokens = new ApiTokens(pool);
+  expect(await tokens.verify(TOKEN)).toEqual({ workspace: 'demo', email: 'alice@example.com' });
+  expect(await tokens.list('demo')).toEqual([
+    expect.objectContaining({ email: 'alice@example.com', label: 'old' }),
+  ]);
+  // And a revocation now is final: the row goes from the server's table.
+  expect(await tokens.revoke('demo', { email: 'alice@example.com' })).toBe(1);
+  expect(await new ApiTokens(pool).verify(TOKEN)).toBeNull();
+});
