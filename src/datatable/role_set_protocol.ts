@@ -55,6 +55,12 @@ export interface PrepareOptions {
    * back rather than trusted.
    */
   refused?: string;
+  /**
+   * Repair only: when the login has no row (it was retired, or is being), leave it alone and
+   * return null rather than create it again — a post-release check must never resurrect a
+   * login that someone retired.
+   */
+  onlyIfRecorded?: boolean;
 }
 
 /**
@@ -96,12 +102,24 @@ export class RoleSetProtocol {
    * taking it back first when there is no trustworthy row.
    * @throws {RoleResolutionFailedError}
    */
+  prepare(
+    login: string,
+    oids: readonly number[],
+    database: string,
+    options: PrepareOptions & { onlyIfRecorded?: false },
+  ): Promise<string>;
+  prepare(
+    login: string,
+    oids: readonly number[],
+    database: string,
+    options: PrepareOptions,
+  ): Promise<string | null>;
   async prepare(
     login: string,
     oids: readonly number[],
     database: string,
     options: PrepareOptions,
-  ): Promise<string> {
+  ): Promise<string | null> {
     const started = performance.now();
     try {
       return await this.#underLock(login, async (client) => {
@@ -125,6 +143,8 @@ export class RoleSetProtocol {
           // The row's own password was refused: the login was changed behind our back.
           await this.#step('delete-row', login);
           await client.query(sql.DELETE_ROW, [login]);
+        } else if (options.onlyIfRecorded === true) {
+          return null;
         }
         return this.#createOrTakeBack(client, login, oids, database, options, {
           started,
