@@ -21,12 +21,14 @@ export interface ResultCacheEvents {
   'cache:rejected': {
     workspace: string;
     path: string;
-    reason: 'corrupt' | 'foreign-key' | 'expired';
+    reason: RejectionReason;
   };
   /** The store failed or timed out; the run went on uncached. */
   'store:error': { op: 'get' | 'set'; code: string; message: string };
 }
 
+/** Why a stored entry was refused. */
+export type RejectionReason = 'corrupt' | 'foreign-key' | 'expired';
 export type BypassReason = 'no-ttl' | 'store-resting' | 'fingerprint-failed';
 export type NotStoredReason = 'fingerprint-moved' | 'unserializable' | 'too-large' | 'store-failed';
 
