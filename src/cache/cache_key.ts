@@ -20,7 +20,20 @@ const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
  * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
  */
 export function cachedResultPath(job: Job, fingerprint?: string | null): string {
-  return `${job.workspace}/cache/${hash('sha256', canonicalKeyInput(job, fingerprint), 'hex')}`;
+  return keyName(job.workspace, keyDigest(canonicalKeyInput(job, fingerprint)));
+}
+
+/** SHA-256 of a {@link canonicalKeyInput}, as the 32 bytes entries are checked against. */
+export function keyDigest(input: string): Buffer {
+  return hash('sha256', input, 'buffer');
+}
+
+/**
+ * The store key for a digest: `<workspace>/cache/<64 hex>`. The workspace stays readable so that
+ * an operator can account for or drop a tenant's entries; it is inside the digest too.
+ */
+export function keyName(workspace: string, digest: Buffer): string {
+  return `${workspace}/cache/${digest.toString('hex')}`;
 }
 
 /** The exact text that is hashed into the key (exported for tests of the encoding). */

@@ -10,14 +10,15 @@ import {
 } from '../job.js';
 import type { Logger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
-import { decodeEntry, encodeEntry } from './cache_entry.js';
-import { cachedResultPath } from './cache_key.js';
+import { type EntryCodec, plainEntries } from './cache_entry.js';
+import { canonicalKeyInput, keyName } from './cache_key.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import {
   type FingerprintFn,
   type RawResultCacheOptions,
   resolveResultCacheOptions,
 } from './result_cache_options.js';
+import { SealedEntries } from './sealed_entry.js';
 import { SingleFlight } from './single_flight.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
 
@@ -55,6 +56,8 @@ class ResultCache implements CachedExecutor {
   readonly #maxTtlMs: number;
   readonly #maxEntryBytes: number;
   readonly #breaker: StoreBreaker;
+  /** Plain or sealed entries, decided once here rather than on every call. */
+  readonly #codec: EntryCodec;
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #flights = new SingleFlight<ComputedResult>();
@@ -75,6 +78,8 @@ class ResultCache implements CachedExecutor {
     this.#logger = resolved.logger;
     this.#now = resolved.now;
     this.#breaker = new StoreBreaker(resolved.storeRestMs, this.#logger, this.#now);
+    this.#codec =
+      resolved.sealSecret === null ? plainEntries : new SealedEntries(resolved.sealSecret);
   }
 
   get inFlight(): number {
@@ -92,35 +97,57 @@ class ResultCache implements CachedExecutor {
       const passDown = options?.dispatcher ? options : this.#passDown;
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
-      if (this.#fingerprint !== null) return this.#runFingerprinted(job, ttlMs, passDown);
-      return this.#lookup(new CacheRun(job, cachedResultPath(job, null), null, ttlMs, passDown));
+      if (this.#fingerprint === null)
+        return this.#lookup(this.#cacheRun(job, null, ttlMs, passDown));
+      let fingerprint: ReturnType<FingerprintFn>;
+      try {
+        fingerprint = this.#fingerprint(job);
+      } catch (err) {
+        return this.#fingerprintFailed(job, err, passDown);
+      }
+      // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
+      if (!isThenable(fingerprint)) {
+        this.#fingerprintAnswered();
+        return this.#lookup(this.#cacheRun(job, fingerprint, ttlMs, passDown));
+      }
+      return fingerprint.then(
+        (value) => {
+          this.#fingerprintAnswered();
+          return this.#lookup(this.#cacheRun(job, value, ttlMs, passDown));
+        },
+        (err: unknown) => this.#fingerprintFailed(job, err, passDown),
+      );
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Resolves the fingerprint first; without the full viewer key nothing is served or written. */
-  async #runFingerprinted(job: Job, ttlMs: number, passDown: RunOptions): Promise<JobResult> {
-    let fingerprint: string | null;
-    try {
-      fingerprint = await this.#fingerprint!(job);
-    } catch (err) {
-      // Once per burst, like store failures: a catalog outage must not log every run.
-      if (!this.#fingerprintFailing) {
-        this.#fingerprintFailing = true;
-        this.#logger.warn(
-          { err: summarize(err), path: job.runnable.path },
-          'cache fingerprint failed; running uncached until it answers again',
-        );
-      }
-      return this.#bypass(job, 'fingerprint-failed', passDown);
+  /**
+   * The run's full key: the canonical input (workspace, runnable, args, viewer, fingerprint),
+   * its digest (keyed when sealing) and the store key named after it.
+   */
+  #cacheRun(job: Job, fingerprint: string | null, ttlMs: number, passDown: RunOptions): CacheRun {
+    const digest = this.#codec.digest(canonicalKeyInput(job, fingerprint));
+    return new CacheRun(job, keyName(job.workspace, digest), digest, fingerprint, ttlMs, passDown);
+  }
+
+  /** Without the full viewer key nothing is served or written: the run goes on uncached. */
+  #fingerprintFailed(job: Job, err: unknown, passDown: RunOptions): Promise<JobResult> {
+    // Once per burst, like store failures: a catalog outage must not log every run.
+    if (!this.#fingerprintFailing) {
+      this.#fingerprintFailing = true;
+      this.#logger.warn(
+        { err: summarize(err), path: job.runnable.path },
+        'cache fingerprint failed; running uncached until it answers again',
+      );
     }
-    if (this.#fingerprintFailing) {
-      this.#fingerprintFailing = false;
-      this.#logger.info('cache fingerprint answering again');
-    }
-    const key = cachedResultPath(job, fingerprint);
-    return this.#lookup(new CacheRun(job, key, fingerprint, ttlMs, passDown));
+    return this.#bypass(job, 'fingerprint-failed', passDown);
+  }
+
+  #fingerprintAnswered(): void {
+    if (!this.#fingerprintFailing) return;
+    this.#fingerprintFailing = false;
+    this.#logger.info('cache fingerprint answering again');
   }
 
   /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
@@ -154,7 +181,7 @@ class ResultCache implements CachedExecutor {
   #afterRead(run: CacheRun, entry: Uint8Array | null): JobResult | Promise<JobResult> {
     this.#breaker.answered();
     if (entry !== null) {
-      const payload = decodeEntry(entry, run.key, this.#now());
+      const payload = this.#codec.decode(entry, run.digest, this.#now());
       if (typeof payload !== 'string') {
         this.#report.hit(run.job);
         return new StoredResult(run.job.id, payload);
@@ -243,7 +270,8 @@ class ResultCache implements CachedExecutor {
   async #write(run: CacheRun, json: Uint8Array): Promise<void> {
     const { job, key, ttlMs } = run;
     try {
-      await this.#store.set(key, encodeEntry(key, this.#now() + ttlMs, json), ttlMs);
+      const entry = this.#codec.encode(run.digest, this.#now() + ttlMs, json);
+      await this.#store.set(key, entry, ttlMs);
     } catch (err) {
       this.#storeFailed('set', err);
       this.#report.notStored(job, 'store-failed');
@@ -263,12 +291,18 @@ class ResultCache implements CachedExecutor {
 class CacheRun {
   constructor(
     readonly job: Job,
-    /** The full key: workspace, runnable, args, viewer and fingerprint. */
+    /** The store key: workspace, runnable, args, viewer and fingerprint, through the digest. */
     readonly key: string,
+    /** The digest the key is named after; the entry must carry (or be sealed under) it. */
+    readonly digest: Buffer,
     /** The fingerprint the key was built with; a result is stored only if it still holds. */
     readonly fingerprint: string | null,
     readonly ttlMs: number,
     /** What the wrapped executor is handed (the dispatcher for child jobs). */
     readonly passDown: RunOptions,
   ) {}
+}
+
+function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
