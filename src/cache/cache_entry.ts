@@ -1,16 +1,16 @@
 import type { RejectionReason } from '../events.js';
-import { keyDigest } from './cache_key.js';
+import { type KeyDigest, keyDigest } from './cache_key.js';
 
 /**
  * How entries are named and written: in clear ({@link plainEntries}, below) or sealed
  * (`sealed_entry.ts`). Chosen once, when the cache is built.
  */
 export interface EntryCodec {
-  /** The 32-byte digest that names an entry and that its envelope must carry. */
-  digest(keyInput: string): Buffer;
-  encode(digest: Buffer, expiresAt: number, payload: Uint8Array): Uint8Array;
+  /** The 32-byte digest that names an entry and that its envelope must carry (or be sealed to). */
+  digest(keyInput: string): KeyDigest;
+  encode(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Uint8Array;
   /** The payload if `entry` belongs to `digest` and is live at `now`; otherwise why not. */
-  decode(entry: Uint8Array, digest: Buffer, now: number): Uint8Array | RejectionReason;
+  decode(entry: Uint8Array, digest: KeyDigest, now: number): Uint8Array | RejectionReason;
 }
 
 /**
@@ -46,8 +46,7 @@ const DIGEST_AT = 16;
 const DIGEST_BYTES = 32;
 const HEADER = DIGEST_AT + DIGEST_BYTES;
 
-export function encodeEntry(digest: Buffer, expiresAt: number, payload: Uint8Array): Uint8Array {
-  if (digest.byteLength !== DIGEST_BYTES) throw new RangeError('key digest must be 32 bytes');
+export function encodeEntry(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Uint8Array {
   const out = Buffer.allocUnsafe(HEADER + payload.byteLength);
   out[0] = MAGIC_0;
   out[1] = MAGIC_1;
@@ -55,7 +54,7 @@ export function encodeEntry(digest: Buffer, expiresAt: number, payload: Uint8Arr
   out[3] = 0;
   out.writeDoubleBE(expiresAt, 4);
   out.writeUInt32BE(payload.byteLength, 12);
-  out.set(digest, DIGEST_AT);
+  writeDigest(out, DIGEST_AT, digest);
   out.set(payload, HEADER);
   return out;
 }
@@ -66,17 +65,14 @@ export function encodeEntry(digest: Buffer, expiresAt: number, payload: Uint8Arr
  */
 export function decodeEntry(
   entry: Uint8Array,
-  digest: Buffer,
+  digest: KeyDigest,
   now: number,
 ): Uint8Array | RejectionReason {
   if (entry.byteLength < HEADER) return 'corrupt';
   const buf = asBuffer(entry);
   if (buf[0] !== MAGIC_0 || buf[1] !== MAGIC_1 || buf[2] !== FORMAT) return 'corrupt';
   if (HEADER + buf.readUInt32BE(12) !== buf.byteLength) return 'corrupt';
-  // A loop over 32 bytes: no subarray or string is built for the comparison.
-  for (let i = 0; i < DIGEST_BYTES; i++) {
-    if (buf[DIGEST_AT + i] !== digest[i]) return 'foreign-key';
-  }
+  if (!holdsDigest(buf, DIGEST_AT, digest)) return 'foreign-key';
   const expiresAt = buf.readDoubleBE(4);
   if (!(expiresAt > now)) return 'expired';
   return buf.subarray(HEADER);
@@ -87,4 +83,32 @@ export function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes)
     ? bytes
     : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+const HEX = '0123456789abcdef';
+/** Character codes of each byte's two lowercase hex digits. */
+const HEX_HIGH = Uint8Array.from({ length: 256 }, (_, b) => HEX.charCodeAt(b >> 4));
+const HEX_LOW = Uint8Array.from({ length: 256 }, (_, b) => HEX.charCodeAt(b & 15));
+
+/** Writes a digest's 32 bytes at `offset`; throws unless it is 64 lowercase hex characters. */
+export function writeDigest(out: Buffer, offset: number, digest: KeyDigest): void {
+  if (digest.length !== 2 * DIGEST_BYTES || out.write(digest, offset, DIGEST_BYTES, 'hex') !== 32) {
+    throw new RangeError('key digest must be 32 bytes as 64 hex characters');
+  }
+  if (!holdsDigest(out, offset, digest)) throw new RangeError('key digest must be lowercase hex');
+}
+
+/** Whether `buf[offset, offset + 32)` are the bytes of `digest`; builds nothing to compare. */
+function holdsDigest(buf: Buffer, offset: number, digest: KeyDigest): boolean {
+  if (digest.length !== 2 * DIGEST_BYTES) return false;
+  for (let i = 0; i < DIGEST_BYTES; i++) {
+    const byte = buf[offset + i]!;
+    if (
+      HEX_HIGH[byte] !== digest.charCodeAt(2 * i) ||
+      HEX_LOW[byte] !== digest.charCodeAt(2 * i + 1)
+    ) {
+      return false;
+    }
+  }
+  return true;
 }

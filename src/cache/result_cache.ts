@@ -11,7 +11,7 @@ import {
 import type { Logger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
-import { canonicalKeyInput, keyName } from './cache_key.js';
+import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import {
   type FingerprintFn,
@@ -294,7 +294,7 @@ class CacheRun {
     /** The store key: workspace, runnable, args, viewer and fingerprint, through the digest. */
     readonly key: string,
     /** The digest the key is named after; the entry must carry (or be sealed under) it. */
-    readonly digest: Buffer,
+    readonly digest: KeyDigest,
     /** The fingerprint the key was built with; a result is stored only if it still holds. */
     readonly fingerprint: string | null,
     readonly ttlMs: number,

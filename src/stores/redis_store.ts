@@ -42,6 +42,8 @@ export class RedisCacheStore implements CacheStore {
    * would count as a store failure and make the middleware rest. `null` ever after.
    */
   #connecting: Promise<void> | null = null;
+  /** The socket held corked until the end of the current tick, if any. */
+  #corked: Redis['stream'] | null = null;
 
   constructor(options: RawRedisCacheStoreOptions) {
     if (options === null || typeof options !== 'object') {
@@ -90,13 +92,43 @@ export class RedisCacheStore implements CacheStore {
   get(key: string): Promise<Uint8Array | null> {
     const k = this.#prefix + key;
     const connecting = this.#connecting;
-    return this.#bounded(
-      connecting === null
-        ? this.#client.getBuffer(k)
-        : connecting.then(() => this.#client.getBuffer(k)),
-      'get',
-    );
+    if (connecting !== null) {
+      return this.#bounded(
+        connecting.then(() => this.#client.getBuffer(k)),
+        'get',
+      );
+    }
+    this.#corkForThisTick();
+    return this.#bounded(this.#client.getBuffer(k), 'get');
   }
+
+  /**
+   * Holds this tick's writes to the socket and sends them as one at the end of the tick: GETs
+   * issued together (concurrent callers resumed by one batch of replies) leave in one `writev`
+   * instead of one syscall each. At 64 callers a raw GET spends most of its busy time in those
+   * writes; a single caller pays one `process.nextTick` (its GET still leaves in the tick it
+   * was issued in). ioredis's own `enableAutoPipelining` batches too, but through a Pipeline
+   * per tick that measured +39–86 % single-caller p50.
+   *
+   * Only on a single-node client that is ready (a Cluster spreads commands over several
+   * sockets); the stream corked is the one uncorked, even if the client reconnects meanwhile.
+   */
+  #corkForThisTick(): void {
+    if (this.#corked !== null) return;
+    const client = this.#client;
+    if (!(client instanceof Redis) || client.status !== 'ready') return;
+    const stream = client.stream;
+    if (!stream.writable) return;
+    stream.cork();
+    this.#corked = stream;
+    process.nextTick(this.#uncork);
+  }
+
+  readonly #uncork = (): void => {
+    const stream = this.#corked;
+    this.#corked = null;
+    stream?.uncork();
+  };
 
   async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
     const k = this.#prefix + key;

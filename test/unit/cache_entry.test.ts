@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { decodeEntry, encodeEntry } from '../../src/cache/cache_entry.js';
 
-const key = Buffer.alloc(32, 0xab);
-const other = Buffer.alloc(32, 0xcd);
+const key = 'ab'.repeat(32);
+const other = 'cd'.repeat(32);
 const payload = Buffer.from('{"rows":[1,2,3],"who":"é"}');
 const now = 1_700_000_000_000;
 
@@ -70,11 +70,12 @@ describe('cache entry envelope', () => {
   it('is a miss ("foreign-key") when copied under another key, whichever byte differs', () => {
     const entry = encodeEntry(other, now + 1000, payload);
     expect(decodeEntry(entry, key, now)).toBe('foreign-key');
-    for (const at of [0, 13, 31]) {
-      const near = Buffer.from(key);
-      near[at]! ^= 1;
+    for (const at of [0, 1, 27, 63]) {
+      const near = key.slice(0, at) + (key[at] === 'a' ? 'b' : 'a') + key.slice(at + 1);
       expect(decodeEntry(encodeEntry(near, now + 1000, payload), key, now)).toBe('foreign-key');
     }
+    // an uppercase spelling of the same bytes is not the key either
+    expect(decodeEntry(entry, other.toUpperCase(), now)).toBe('foreign-key');
   });
 
   it('is a miss ("expired") at and after its expiry', () => {
@@ -90,8 +91,9 @@ describe('cache entry envelope', () => {
     expect(decodeEntry(entry, key, now)).toBe('expired');
   });
 
-  it('refuses a digest that is not 32 bytes', () => {
-    expect(() => encodeEntry(Buffer.alloc(31), now, payload)).toThrow(RangeError);
-    expect(() => encodeEntry(Buffer.alloc(33), now, payload)).toThrow(RangeError);
+  it('refuses a digest that is not 64 lowercase hex characters', () => {
+    for (const bad of ['ab'.repeat(31), 'ab'.repeat(33), 'zz'.repeat(32), 'AB'.repeat(32)]) {
+      expect(() => encodeEntry(bad, now, payload)).toThrow(RangeError);
+    }
   });
 });
