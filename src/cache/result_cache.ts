@@ -31,8 +31,9 @@ export interface CachedExecutor extends JobExecutor {
 }
 
 /**
- * Wraps `executor` in a result cache keyed by {@link cachedResultPath}: the job's workspace,
- * runnable, args, recorded viewer and fingerprint.
+ * Wraps `executor` in a result cache keyed by the job's workspace, runnable, args, recorded
+ * viewer and fingerprint: {@link cachedResultPath} unsealed, a keyed hash of the same input
+ * when `seal` is given.
  *
  * - Only jobs with `cacheTtlS > 0` are cached; others pass straight through.
  * - A hit returns the stored bytes without executing (the value is parsed only if read).
@@ -110,7 +111,7 @@ class ResultCache implements CachedExecutor {
         this.#fingerprintAnswered();
         return this.#lookup(this.#cacheRun(job, fingerprint, ttlMs, passDown));
       }
-      return fingerprint.then(
+      return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
           return this.#lookup(this.#cacheRun(job, value, ttlMs, passDown));
