@@ -11,8 +11,8 @@ import {
 import type { Logger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
-import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
+import { type CacheRun, CacheRuns } from './cache_run.js';
 import {
   type FingerprintFn,
   type RawResultCacheOptions,
@@ -59,6 +59,7 @@ class ResultCache implements CachedExecutor {
   readonly #breaker: StoreBreaker;
   /** Plain or sealed entries, decided once here rather than on every call. */
   readonly #codec: EntryCodec;
+  readonly #runs: CacheRuns;
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #flights = new SingleFlight<ComputedResult>();
@@ -81,6 +82,7 @@ class ResultCache implements CachedExecutor {
     this.#breaker = new StoreBreaker(resolved.storeRestMs, this.#logger, this.#now);
     this.#codec =
       resolved.sealSecret === null ? plainEntries : new SealedEntries(resolved.sealSecret);
+    this.#runs = new CacheRuns(this.#codec);
   }
 
   get inFlight(): number {
@@ -99,7 +101,7 @@ class ResultCache implements CachedExecutor {
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
       if (this.#fingerprint === null)
-        return this.#lookup(this.#cacheRun(job, null, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown));
       let fingerprint: ReturnType<FingerprintFn>;
       try {
         fingerprint = this.#fingerprint(job);
@@ -109,27 +111,18 @@ class ResultCache implements CachedExecutor {
       // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
       if (!isThenable(fingerprint)) {
         this.#fingerprintAnswered();
-        return this.#lookup(this.#cacheRun(job, fingerprint, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown));
       }
       return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
-          return this.#lookup(this.#cacheRun(job, value, ttlMs, passDown));
+          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown));
         },
         (err: unknown) => this.#fingerprintFailed(job, err, passDown),
       );
     } catch (err) {
       return Promise.reject(err);
     }
-  }
-
-  /**
-   * The run's full key: the canonical input (workspace, runnable, args, viewer, fingerprint),
-   * its digest (keyed when sealing) and the store key named after it.
-   */
-  #cacheRun(job: Job, fingerprint: string | null, ttlMs: number, passDown: RunOptions): CacheRun {
-    const digest = this.#codec.digest(canonicalKeyInput(job, fingerprint));
-    return new CacheRun(job, keyName(job.workspace, digest), digest, fingerprint, ttlMs, passDown);
   }
 
   /** Without the full viewer key nothing is served or written: the run goes on uncached. */
@@ -286,22 +279,6 @@ class ResultCache implements CachedExecutor {
     const { code, message } = this.#breaker.failed(op, thrown);
     this.#report.storeError(op, code, message);
   }
-}
-
-/** One cached run: what every step after the key needs, carried as one object. */
-class CacheRun {
-  constructor(
-    readonly job: Job,
-    /** The store key: workspace, runnable, args, viewer and fingerprint, through the digest. */
-    readonly key: string,
-    /** The digest the key is named after; the entry must carry (or be sealed under) it. */
-    readonly digest: KeyDigest,
-    /** The fingerprint the key was built with; a result is stored only if it still holds. */
-    readonly fingerprint: string | null,
-    readonly ttlMs: number,
-    /** What the wrapped executor is handed (the dispatcher for child jobs). */
-    readonly passDown: RunOptions,
-  ) {}
 }
 
 function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
