@@ -119,7 +119,7 @@ describe('RedisCacheStore specifics', () => {
 });
 
 describe('RedisCacheStore writes', () => {
-  it('sends the GETs of one tick in two socket writes (the first at once), each caller its own value', async () => {
+  it('sends the GETs of one tick in two socket writes (the first at once) unless replies are large', async () => {
     const client = await rawClient(url);
     try {
       const store = new RedisCacheStore({ redis: client, prefix: `${prefix}cork:` });
@@ -146,6 +146,16 @@ describe('RedisCacheStore writes', () => {
       // A GET on its own still leaves at once (one write, answered).
       expect(Buffer.from((await store.get('k1'))!).toString()).toBe('value of k1');
       expect(writes).toBe(3);
+      // After a large reply, GETs are not batched: large replies are bandwidth-bound.
+      await store.set('large', Buffer.alloc(64 * 1024), 60_000);
+      await store.get('large');
+      const before = writes;
+      await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
+      expect(writes - before).toBe(8);
+      // …and once replies are small again, they are.
+      const again = writes;
+      await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
+      expect(writes - again).toBe(2);
     } finally {
       await client.quit();
     }
