@@ -1,6 +1,7 @@
 /**
  * `redis_hit`: a `withResultCache` hit through `RedisCacheStore`, read the way the server reads
- * it — the stored JSON bytes via `result.json()`, never parsed.
+ * it — the stored JSON bytes via `result.json()`, never parsed. `redis_hit_sealed`: the same
+ * with entries sealed.
  */
 import type { Redis } from 'ioredis';
 import { RedisCacheStore, withResultCache } from '../src/index.js';
@@ -9,6 +10,8 @@ import { BenchInvariantError } from './helpers.js';
 
 /** Where this scenario's store writes; `redis_raw_get` reads the very same entries. */
 export const OURS_REDIS_PREFIX = `${RUN_PREFIX}ours:`;
+/** A fixed bench secret (never a real one). */
+const BENCH_SECRET = 'bench-only secret, 32 bytes or more, not for use';
 
 /**
  * `redis` is the run's shared client: the store borrows it, so that this row and the raw GET
@@ -24,6 +27,22 @@ export async function redisHit(fx: SizeFixture, redis: Redis): Promise<ScenarioS
   for (const job of fx.jobs) await cached.run(job);
   if (cached.stats.stored !== fx.jobs.length) {
     throw new BenchInvariantError(`redis_hit: filled ${cached.stats.stored}/${fx.jobs.length}`);
+  }
+  // The same hits with sealing on: its cost is this row over the one above.
+  const sealedStore = new RedisCacheStore({
+    redis,
+    prefix: `${RUN_PREFIX}sealed:`,
+    commandTimeout: '2s',
+  });
+  const sealed = withResultCache(executor, {
+    store: sealedStore,
+    seal: { secretKey: BENCH_SECRET },
+  });
+  for (const job of fx.jobs) await sealed.run(job);
+  if (sealed.stats.stored !== fx.jobs.length) {
+    throw new BenchInvariantError(
+      `redis_hit_sealed: filled ${sealed.stats.stored}/${fx.jobs.length}`,
+    );
   }
   executor.arm();
   const { jobs, bytes } = fx;
@@ -47,7 +66,27 @@ export async function redisHit(fx: SizeFixture, redis: Redis): Promise<ScenarioS
           }
         },
       },
+      {
+        id: 'redis_hit_sealed',
+        label: 'the same with `seal` (AES-256-GCM, keyed key names)',
+        async: true,
+        op: async (i: number) => {
+          const result = await sealed.run(jobs[i % n]!);
+          if (!result.fromCache || result.json().byteLength !== bytes) {
+            throw new BenchInvariantError('redis_hit_sealed: not a hit of the stored bytes');
+          }
+        },
+        verify: () => {
+          const { storeErrors, rejected, bypasses } = sealed.stats;
+          if (storeErrors + rejected + bypasses > 0) {
+            throw new BenchInvariantError(`redis_hit_sealed: ${JSON.stringify(sealed.stats)}`);
+          }
+        },
+      },
     ],
-    close: () => store.close(),
+    close: async () => {
+      await store.close();
+      await sealedStore.close();
+    },
   };
 }

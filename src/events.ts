@@ -21,12 +21,18 @@ export interface ResultCacheEvents {
   'cache:rejected': {
     workspace: string;
     path: string;
-    reason: 'corrupt' | 'foreign-key' | 'expired';
+    reason: RejectionReason;
   };
   /** The store failed or timed out; the run went on uncached. */
   'store:error': { op: 'get' | 'set'; code: string; message: string };
 }
 
+/**
+ * Why a stored entry was refused: not an envelope; an unsealed entry of another key; a sealed
+ * entry that does not open under this key and secret (tampered, truncated, forged, moved, or
+ * another deployment's); past its expiry.
+ */
+export type RejectionReason = 'corrupt' | 'foreign-key' | 'unauthentic' | 'expired';
 export type BypassReason = 'no-ttl' | 'store-resting' | 'fingerprint-failed';
 export type NotStoredReason = 'fingerprint-moved' | 'unserializable' | 'too-large' | 'store-failed';
 

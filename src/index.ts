@@ -1,11 +1,8 @@
 export { cachedResultPath } from './cache/cache_key.js';
-export type {
-  CachedExecutor,
-  FingerprintFn,
-  RawResultCacheOptions,
-  ResultCacheStats,
-} from './cache/result_cache.js';
+export type { ResultCacheStats } from './cache/cache_report.js';
+export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
+export type { FingerprintFn, RawResultCacheOptions } from './cache/result_cache_options.js';
 export type {
   DatatableClient,
   DatatableConnector,
@@ -60,6 +57,7 @@ export {
 export type {
   BypassReason,
   NotStoredReason,
+  RejectionReason,
   ResultCacheEvents,
 } from './events.js';
 export type {

@@ -1,75 +1,114 @@
+import type { RejectionReason } from '../events.js';
+import { type KeyDigest, keyDigest } from './cache_key.js';
+
 /**
- * The bytes a store holds for one cached result: a small versioned envelope that names the key it
- * was written under and when it expires, then the result's JSON.
+ * How entries are named and written: in clear ({@link plainEntries}, below) or sealed
+ * (`sealed_entry.ts`). Chosen once, when the cache is built.
+ */
+export interface EntryCodec {
+  /** The 32-byte digest that names an entry and that its envelope must carry (or be sealed to). */
+  digest(keyInput: string): KeyDigest;
+  encode(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Uint8Array;
+  /** The payload if `entry` belongs to `digest` and is live at `now`; otherwise why not. */
+  decode(entry: Uint8Array, digest: KeyDigest, now: number): Uint8Array | RejectionReason;
+}
+
+/**
+ * The bytes a store holds for one unsealed result: a small versioned envelope that names the key
+ * it was written under and when it expires, then the result's JSON.
  *
  * ```
  * 0  'V' 'C'          magic
- * 2  u8               format version (1)
+ * 2  u8               format version (2)
  * 3  u8               flags (0)
  * 4  f64 BE           expiry, ms since the epoch
  * 12 u32 BE           payload length
- * 16 u16 BE           key length k
- * 18 k bytes          key (UTF-8)
- * 18+k payload        result JSON (UTF-8)
+ * 16 32 bytes         key digest (SHA-256 of the canonical key input)
+ * 48 payload          result JSON (UTF-8)
  * ```
  *
- * A read verifies magic, version, lengths, key and expiry before handing back the payload as a
- * view into the stored bytes (no copy). An entry copied under another key, truncated, written by
- * another format or expired is a miss, never a result.
+ * A read verifies magic, version, length, digest and expiry before handing back the payload as
+ * a view into the stored bytes (no copy). An entry copied under another key, truncated, written
+ * by another format or expired is a miss, never a result. The digest is compared as 32 raw bytes
+ * (format 1 held the key as text and compared a decoded string on every hit). None of this stops
+ * someone who can *write* to the store from forging an entry: that is what sealing is for.
  */
+export const plainEntries: EntryCodec = {
+  digest: keyDigest,
+  encode: encodeEntry,
+  decode: decodeEntry,
+};
 
 const MAGIC_0 = 0x56; // 'V'
 const MAGIC_1 = 0x43; // 'C'
-const FORMAT = 1;
-const HEADER = 18;
-const MAX_KEY_BYTES = 0xffff;
+const FORMAT = 2;
+const DIGEST_AT = 16;
+const DIGEST_BYTES = 32;
+const HEADER = DIGEST_AT + DIGEST_BYTES;
 
-/** Why an entry was not accepted; counted by the middleware. */
-export type EntryRejection = 'corrupt' | 'foreign-key' | 'expired';
-
-export function encodeEntry(key: string, expiresAt: number, payload: Uint8Array): Uint8Array {
-  const keyBytes = Buffer.byteLength(key, 'utf8');
-  if (keyBytes > MAX_KEY_BYTES) throw new RangeError('cache key too long');
-  // decodeEntry compares keys as latin1 (no UTF-8 decode on the hit path), which is exact only
-  // for ASCII: 'é' written as UTF-8 would read back as 'Ã©'. Cache keys are ASCII by
-  // construction; refuse anything else rather than let two keys compare equal.
-  if (keyBytes !== key.length) throw new RangeError('cache key must be ASCII');
-  const out = Buffer.allocUnsafe(HEADER + keyBytes + payload.byteLength);
+export function encodeEntry(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Uint8Array {
+  const out = Buffer.allocUnsafe(HEADER + payload.byteLength);
   out[0] = MAGIC_0;
   out[1] = MAGIC_1;
   out[2] = FORMAT;
   out[3] = 0;
   out.writeDoubleBE(expiresAt, 4);
   out.writeUInt32BE(payload.byteLength, 12);
-  out.writeUInt16BE(keyBytes, 16);
-  out.write(key, HEADER, keyBytes, 'utf8');
-  out.set(payload, HEADER + keyBytes);
+  writeDigest(out, DIGEST_AT, digest);
+  out.set(payload, HEADER);
   return out;
 }
 
 /**
- * The payload of `entry` if it was written under exactly `key` and has not expired at `now`;
+ * The payload of `entry` if it was written under exactly `digest` and has not expired at `now`;
  * otherwise the reason it is rejected.
  */
 export function decodeEntry(
   entry: Uint8Array,
-  key: string,
+  digest: KeyDigest,
   now: number,
-): Uint8Array | EntryRejection {
+): Uint8Array | RejectionReason {
   if (entry.byteLength < HEADER) return 'corrupt';
-  const buf = Buffer.isBuffer(entry)
-    ? entry
-    : Buffer.from(entry.buffer, entry.byteOffset, entry.byteLength);
+  const buf = asBuffer(entry);
   if (buf[0] !== MAGIC_0 || buf[1] !== MAGIC_1 || buf[2] !== FORMAT) return 'corrupt';
-  const payloadLength = buf.readUInt32BE(12);
-  const keyLength = buf.readUInt16BE(16);
-  if (HEADER + keyLength + payloadLength !== buf.byteLength) return 'corrupt';
-  // Keys are ASCII by construction (workspace id + hex), so a latin1 read compares exactly and
-  // avoids a UTF-8 decode on the hit path.
-  if (keyLength !== key.length || buf.toString('latin1', HEADER, HEADER + keyLength) !== key) {
-    return 'foreign-key';
-  }
+  if (HEADER + buf.readUInt32BE(12) !== buf.byteLength) return 'corrupt';
+  if (!holdsDigest(buf, DIGEST_AT, digest)) return 'foreign-key';
   const expiresAt = buf.readDoubleBE(4);
   if (!(expiresAt > now)) return 'expired';
-  return buf.subarray(HEADER + keyLength);
+  return buf.subarray(HEADER);
+}
+
+/** A Buffer view of `bytes` (itself when it already is one). */
+export function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes)
+    ? bytes
+    : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+const HEX = '0123456789abcdef';
+/** Character codes of each byte's two lowercase hex digits. */
+const HEX_HIGH = Uint8Array.from({ length: 256 }, (_, b) => HEX.charCodeAt(b >> 4));
+const HEX_LOW = Uint8Array.from({ length: 256 }, (_, b) => HEX.charCodeAt(b & 15));
+
+/** Writes a digest's 32 bytes at `offset`; throws unless it is 64 lowercase hex characters. */
+export function writeDigest(out: Buffer, offset: number, digest: KeyDigest): void {
+  if (digest.length !== 2 * DIGEST_BYTES || out.write(digest, offset, DIGEST_BYTES, 'hex') !== 32) {
+    throw new RangeError('key digest must be 32 bytes as 64 hex characters');
+  }
+  if (!holdsDigest(out, offset, digest)) throw new RangeError('key digest must be lowercase hex');
+}
+
+/** Whether `buf[offset, offset + 32)` are the bytes of `digest`; builds nothing to compare. */
+function holdsDigest(buf: Buffer, offset: number, digest: KeyDigest): boolean {
+  if (digest.length !== 2 * DIGEST_BYTES) return false;
+  for (let i = 0; i < DIGEST_BYTES; i++) {
+    const byte = buf[offset + i]!;
+    if (
+      HEX_HIGH[byte] !== digest.charCodeAt(2 * i) ||
+      HEX_LOW[byte] !== digest.charCodeAt(2 * i + 1)
+    ) {
+      return false;
+    }
+  }
+  return true;
 }

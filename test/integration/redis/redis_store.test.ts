@@ -117,3 +117,47 @@ describe('RedisCacheStore specifics', () => {
     expect(() => new RedisCacheStore({ redis: raw, prefix: 1 as never })).toThrow(/prefix/);
   });
 });
+
+describe('RedisCacheStore writes', () => {
+  it('sends the GETs of one tick in two socket writes (the first at once) unless replies are large', async () => {
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}cork:` });
+      const keys = Array.from({ length: 64 }, (_, i) => `k${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      // Count what reaches the socket's write layer (Node's stream API, not our code).
+      const socket = client.stream as unknown as {
+        _write: (...a: unknown[]) => void;
+        _writev: (...a: unknown[]) => void;
+      };
+      let writes = 0;
+      for (const method of ['_write', '_writev'] as const) {
+        const original = socket[method].bind(socket);
+        socket[method] = (...a: unknown[]) => {
+          writes++;
+          original(...a);
+        };
+      }
+      const values = await Promise.all(keys.map((key) => store.get(key)));
+      expect(writes).toBe(2);
+      expect(values.map((v) => Buffer.from(v!).toString())).toEqual(
+        keys.map((key) => `value of ${key}`),
+      );
+      // A GET on its own still leaves at once (one write, answered).
+      expect(Buffer.from((await store.get('k1'))!).toString()).toBe('value of k1');
+      expect(writes).toBe(3);
+      // After a large reply, GETs are not batched: large replies are bandwidth-bound.
+      await store.set('large', Buffer.alloc(64 * 1024), 60_000);
+      await store.get('large');
+      const before = writes;
+      await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
+      expect(writes - before).toBe(8);
+      // …and once replies are small again, they are.
+      const again = writes;
+      await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
+      expect(writes - again).toBe(2);
+    } finally {
+      await client.quit();
+    }
+  });
+});

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { decodeEntry } from '../../../src/cache/cache_entry.js';
+import { canonicalKeyInput, keyDigest } from '../../../src/cache/cache_key.js';
 import type { CachedExecutor, JobResult } from '../../../src/index.js';
 import { cachedResultPath, RedisCacheStore, withResultCache } from '../../../src/index.js';
 import { ManualClock } from '../../helpers/clock.js';
@@ -88,7 +89,7 @@ describe('withResultCache on RedisCacheStore', () => {
     const key = cachedResultPath(j);
     const entry = await raw.getBuffer(prefix + key);
     expect(entry).not.toBeNull();
-    const stored = decodeEntry(entry!, key, clock.now());
+    const stored = decodeEntry(entry!, keyDigest(canonicalKeyInput(j)), clock.now());
     expect(stored).toBeInstanceOf(Uint8Array);
 
     const hit = await cache.run(j);
@@ -135,7 +136,9 @@ describe('withResultCache on RedisCacheStore', () => {
     expect(reasons).toEqual(['corrupt']);
     expect(cache.stats.rejected).toBe(1);
     const rewritten = await raw.getBuffer(key);
-    expect(decodeEntry(rewritten!, cachedResultPath(j), clock.now())).toBeInstanceOf(Uint8Array);
+    expect(decodeEntry(rewritten!, keyDigest(canonicalKeyInput(j)), clock.now())).toBeInstanceOf(
+      Uint8Array,
+    );
     expect((await cache.run(j)).fromCache).toBe(true);
     expect(inner.calls).toBe(1);
   });

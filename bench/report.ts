@@ -1,0 +1,290 @@
+/**
+ * What a bench run reports: rows with their ratio to the baseline of the same run, the SPEC
+ * targets they are judged against, and the Markdown tables drawn from them.
+ */
+import { availableParallelism, cpus, loadavg } from 'node:os';
+import type { DatatableRow } from './datatable_bench.js';
+import { rawRedis, VIEWERS } from './fixtures.js';
+import {
+  fmt,
+  type LatencyStats,
+  markdownTable,
+  type Scenario,
+  type ThroughputStats,
+} from './helpers.js';
+import type { HttpRow } from './http_bench.js';
+
+/** Concurrent callers in the throughput tables. */
+export const CONCURRENCY = 64;
+/** Ratio targets from SPEC "Performance" and issue 11. */
+const REDIS_HIT_MAX_RATIO = 1.1;
+const REDIS_HIT_MIN_THROUGHPUT: Record<string, number> = { '1 KiB': 1.0, '64 KiB': 0.95 };
+const KEY_P50_MAX_US = 3;
+const MEMORY_SCALING_MAX = 1.2;
+const SCALE_CYCLE_NOTE = 'all 1 k entries, or 100 k of the 1 M';
+
+export interface Row {
+  payload: string;
+  id: string;
+  label: string;
+  mode: 'single' | `c${number}`;
+  ops: number;
+  opsPerSec: number;
+  p50Us: number;
+  p99Us: number;
+  /** Single caller: p50 ÷ baseline p50. Concurrent: ops/s ÷ baseline ops/s. */
+  ratio: number;
+  baseline: string;
+  /** `met` undefined: a figure to read, not a target. */
+  target?: { text: string; met?: boolean };
+}
+
+export interface Environment {
+  date: string;
+  node: string;
+  redis: string;
+  postgres: string;
+  cpu: string;
+  cores: number;
+  /** 1-minute load average when the run started and ended: the machine is shared. */
+  load: string;
+  viewers: number;
+  concurrency: number;
+}
+
+export async function environment(): Promise<Environment> {
+  const client = rawRedis();
+  const info = await client.info('server');
+  client.disconnect();
+  const redis = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+  return {
+    date: new Date().toISOString().slice(0, 10),
+    node: process.version,
+    redis,
+    postgres: 'measured below',
+    cpu: cpus()[0]?.model.trim() ?? 'unknown',
+    cores: availableParallelism(),
+    load: loadavg()[0]!.toFixed(2),
+    viewers: VIEWERS,
+    concurrency: CONCURRENCY,
+  };
+}
+
+export function latencyRows(
+  payload: string,
+  scenarios: readonly Scenario[],
+  stats: Map<string, LatencyStats>,
+  baseline: string,
+): Row[] {
+  const base = stats.get(baseline)!;
+  return scenarios.map((s) => {
+    const st = stats.get(s.id)!;
+    return {
+      payload,
+      id: s.id,
+      label: s.label,
+      mode: 'single',
+      ops: st.ops,
+      opsPerSec: st.opsPerSec,
+      p50Us: st.p50Us,
+      p99Us: st.p99Us,
+      ratio: st.p50Us / base.p50Us,
+      baseline,
+    };
+  });
+}
+
+export function throughputRows(
+  payload: string,
+  scenarios: readonly Scenario[],
+  stats: Map<string, ThroughputStats>,
+  baseline: string,
+): Row[] {
+  const base = stats.get(baseline)!;
+  return scenarios.map((s) => {
+    const st = stats.get(s.id)!;
+    return {
+      payload,
+      id: s.id,
+      label: s.label,
+      mode: `c${st.concurrency}`,
+      ops: st.ops,
+      opsPerSec: st.opsPerSec,
+      p50Us: st.p50Us,
+      p99Us: st.p99Us,
+      ratio: st.opsPerSec / base.opsPerSec,
+      baseline,
+    };
+  });
+}
+
+/** Attaches the SPEC targets to the rows they concern. */
+export function judge(rows: Row[]): void {
+  const find = (payload: string, mode: string, id: string) =>
+    rows.find((r) => r.payload === payload && r.mode === mode && r.id === id);
+  for (const row of rows) {
+    if (row.id === 'redis_hit' && row.mode === 'single') {
+      row.target = {
+        text: `≤ ${REDIS_HIT_MAX_RATIO}× raw GET`,
+        met: row.ratio <= REDIS_HIT_MAX_RATIO,
+      };
+    } else if (row.id === 'redis_hit' && REDIS_HIT_MIN_THROUGHPUT[row.payload] !== undefined) {
+      const min = REDIS_HIT_MIN_THROUGHPUT[row.payload]!;
+      row.target = { text: `ops/s ≥ ${min}× raw GET`, met: row.ratio >= min };
+    } else if (row.id === 'redis_hit_sealed') {
+      const unsealed = find(row.payload, row.mode, 'redis_hit');
+      if (unsealed === undefined) continue;
+      const cost =
+        row.mode === 'single' ? row.p50Us / unsealed.p50Us : unsealed.opsPerSec / row.opsPerSec;
+      row.target = {
+        text: `${row.mode === 'single' ? 'p50' : 'time per op'} ${fmt(cost, 2)}× unsealed`,
+      };
+    } else if (row.id === 'scale_memory_hit_1m') {
+      const lru = find(row.payload, row.mode, 'scale_lru_get_1m');
+      if (lru === undefined) continue;
+      row.target = {
+        text: `growth ≤ ${MEMORY_SCALING_MAX} × bare lru-cache's (${fmt(lru.ratio, 2)}×)`,
+        met: row.ratio <= MEMORY_SCALING_MAX * lru.ratio,
+      };
+    } else if (row.id === 'key_derivation') {
+      row.target = { text: `p50 ≤ ${KEY_P50_MAX_US} µs`, met: row.p50Us <= KEY_P50_MAX_US };
+    } else if (row.id === 'memory_hit') {
+      const peers = ['bento_memory_hit', 'bento_memory_ref_hit']
+        .map((id) => find(row.payload, row.mode, id))
+        .filter((r): r is Row => r !== undefined);
+      if (peers.length === 0) continue;
+      const single = row.mode === 'single';
+      const met = peers.every((p) => (single ? row.p50Us < p.p50Us : row.opsPerSec > p.opsPerSec));
+      const vs = peers
+        .map((p) => fmt(single ? row.p50Us / p.p50Us : row.opsPerSec / p.opsPerSec, 2) + '×')
+        .join(' / ');
+      row.target = {
+        text: single ? `p50 < BentoCache memory (${vs})` : `ops/s > BentoCache memory (${vs})`,
+        met,
+      };
+    }
+  }
+}
+
+const verdict = (row: Row) => {
+  if (!row.target) return '';
+  const { met, text } = row.target;
+  return met === undefined ? text : `${met ? '✅' : '❌'} ${text}`;
+};
+
+export function tables(rows: readonly Row[]): string {
+  const single = rows.filter(
+    (r) => r.mode === 'single' && !r.id.startsWith('key_') && !r.id.startsWith('scale_'),
+  );
+  const concurrent = rows.filter((r) => r.mode !== 'single');
+  const keys = rows.filter((r) => r.id.startsWith('key_'));
+  const scaling = rows.filter((r) => r.id.startsWith('scale_'));
+  const scenarioCell = (r: Row) => `\`${r.id}\` — ${r.label}`;
+  return [
+    `**Hits, one caller at a time** (${VIEWERS} viewers cycling; ratio = p50 ÷ \`redis_raw_get\` p50 of the same payload, same run):`,
+    '',
+    markdownTable(
+      ['payload', 'scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × raw GET', 'target'],
+      single.map((r) => [
+        r.payload,
+        scenarioCell(r),
+        fmt(r.opsPerSec, 0),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        fmt(r.ratio, 2),
+        verdict(r),
+      ]),
+    ),
+    '',
+    `**Hits, ${CONCURRENCY} concurrent callers** (throughput; ratio = ops/s ÷ \`redis_raw_get\` ops/s; p50/p99 are the latencies callers saw under that load):`,
+    '',
+    markdownTable(
+      ['payload', 'scenario', 'ops/s', 'ops/s × raw GET', 'p50 µs', 'p99 µs', 'target'],
+      concurrent.map((r) => [
+        r.payload,
+        scenarioCell(r),
+        fmt(r.opsPerSec, 0),
+        fmt(r.ratio, 2),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        verdict(r),
+      ]),
+    ),
+    '',
+    '**Key derivation** (ratio = p50 ÷ `key_naive` p50):',
+    '',
+    markdownTable(
+      ['scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × naive', 'target'],
+      keys.map((r) => [
+        scenarioCell(r),
+        fmt(r.opsPerSec, 0),
+        fmt(r.p50Us, 2),
+        fmt(r.p99Us, 2),
+        fmt(r.ratio, 2),
+        verdict(r),
+      ]),
+    ),
+    '',
+    `**Scaling, in-process store** (hits cycling through ${SCALE_CYCLE_NOTE}; ratio = p50 ÷ the same lookup's p50 with 1 k entries):`,
+    '',
+    markdownTable(
+      ['scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × at 1 k', 'target'],
+      scaling.map((r) => [
+        scenarioCell(r),
+        fmt(r.opsPerSec, 0),
+        fmt(r.p50Us, 2),
+        fmt(r.p99Us, 2),
+        fmt(r.ratio, 2),
+        verdict(r),
+      ]),
+    ),
+  ].join('\n');
+}
+
+export function datatableTable(rows: readonly DatatableRow[]): string {
+  const compare = (r: DatatableRow) =>
+    r.id === r.baseline
+      ? 'baseline'
+      : r.vsBaseline.kind === 'added'
+        ? `+${fmt(r.vsBaseline.value)} µs`
+        : `${fmt(r.vsBaseline.value, 2)}×`;
+  return [
+    '**Data tables** (real Postgres, scram logins; each row against the baseline of its group, same run):',
+    '',
+    markdownTable(
+      ['scenario', 'ops', 'p50 µs', 'p99 µs', 'vs baseline', 'target'],
+      rows.map((r) => [
+        `\`${r.id}\` — ${r.label}`,
+        String(r.ops),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        compare(r),
+        r.target ? `${r.target.met ? '✅' : '❌'} ${r.target.text}` : '',
+      ]),
+    ),
+  ].join('\n');
+}
+
+export function httpTable(rows: readonly HttpRow[]): string {
+  return [
+    '**HTTP, reference server** (one keep-alive connection; ratio = p50 ÷ `http_healthz` p50):',
+    '',
+    markdownTable(
+      ['scenario', 'ops', 'p50 µs', 'p99 µs', 'p50 × healthz'],
+      rows.map((r) => [
+        `\`${r.id}\` — ${r.label}`,
+        String(r.ops),
+        fmt(r.p50Us),
+        fmt(r.p99Us),
+        fmt(r.ratio, 2),
+      ]),
+    ),
+  ].join('\n');
+}
+
+export function envLine(env: Environment): string {
+  return (
+    `${env.date} · Node ${env.node} · Redis ${env.redis} · Postgres ${env.postgres} · ` +
+    `${env.cpu}, ${env.cores} cores · load ${env.load}`
+  );
+}

@@ -1,0 +1,52 @@
+import { LRUCache } from 'lru-cache';
+import type { Job, RunOptions } from '../job.js';
+import type { EntryCodec } from './cache_entry.js';
+import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
+
+/** One cached run: what every step after the key needs, carried as one object. */
+export class CacheRun {
+  constructor(
+    readonly job: Job,
+    /** The store key: workspace, runnable, args, viewer and fingerprint, through the digest. */
+    readonly key: string,
+    /** The digest the key is named after; the entry must carry (or be sealed under) it. */
+    readonly digest: KeyDigest,
+    /** The fingerprint the key was built with; a result is stored only if it still holds. */
+    readonly fingerprint: string | null,
+    readonly ttlMs: number,
+    /** What the wrapped executor is handed (the dispatcher for child jobs). */
+    readonly passDown: RunOptions,
+  ) {}
+}
+
+const DIGEST_MEMO_ENTRIES = 4096;
+
+/** Names runs: the canonical key input, its digest (keyed when sealing) and the store key. */
+export class CacheRuns {
+  readonly #codec: EntryCodec;
+  /**
+   * Recent key inputs' digests. A hit's key input was, by definition, seen before: this skips
+   * the hash (and, sealed, the HMAC) for it. A pure function of the full input, so it can never
+   * hand one key's digest to another. Measured at 1 KiB, one caller: hit p50 1.44–1.54× a raw
+   * GET against 1.57–1.67× without, sealed 2.08–2.42× against 2.56–2.79×. Bounded: ~2 MB.
+   */
+  readonly #digests = new LRUCache<string, KeyDigest>({ max: DIGEST_MEMO_ENTRIES });
+
+  constructor(codec: EntryCodec) {
+    this.#codec = codec;
+  }
+
+  /**
+   * The run's full key. Throws (InvalidJobError, ArgsNotJsonError) on a job the key cannot
+   * carry: such a run is refused, never cached under a partial key.
+   */
+  of(job: Job, fingerprint: string | null, ttlMs: number, passDown: RunOptions): CacheRun {
+    const input = canonicalKeyInput(job, fingerprint);
+    let digest = this.#digests.get(input);
+    if (digest === undefined) {
+      digest = this.#codec.digest(input);
+      this.#digests.set(input, digest);
+    }
+    return new CacheRun(job, keyName(job.workspace, digest), digest, fingerprint, ttlMs, passDown);
+  }
+}

@@ -1,0 +1,115 @@
+import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
+import type { Job } from '../job.js';
+import { type Logger, silentLogger } from '../logger.js';
+import type { CacheStore } from '../stores/store.js';
+
+/** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.fingerprint}. */
+export type FingerprintFn = (job: Job) => Promise<string | null> | string | null;
+
+/** Sealing of entries; see {@link RawResultCacheOptions.seal}. */
+export interface RawSealOptions {
+  /**
+   * The deployment's secret, at least 32 bytes (a string counts its UTF-8 bytes): e.g. 64 hex
+   * characters from a secret store. Entry and key-name keys are derived from it (HKDF), so the
+   * same secret may also serve `createDatatables({ secretKey })`. Changing it turns every entry
+   * into a miss.
+   */
+  secretKey: string | Uint8Array;
+}
+
+export interface RawResultCacheOptions {
+  /** Where results are kept: {@link MemoryCacheStore} or {@link RedisCacheStore}. */
+  store: CacheStore;
+  /**
+   * The job's authorization fingerprint, hashed into the key beside the viewer — for data
+   * tables, the viewer's resolved role set and the catalog generation. Called before every
+   * lookup, and again before storing: a result is not stored if the fingerprint moved while it
+   * was computed. When it throws, the run goes on uncached (never served from the cache).
+   * @default no fingerprint (`null`)
+   */
+  fingerprint?: FingerprintFn;
+  /**
+   * Seal every entry (AES-256-GCM, its key as associated data) and name keys with a keyed hash.
+   * Whoever can write to the store can then no longer make a viewer receive forged or moved
+   * rows, nor read rows or confirm a guess of (viewer, runnable, args) from key names; an entry
+   * that does not open is a miss, counted as `rejected`. Without it, entries are stored in clear
+   * under `cachedResultPath` names. See the README's security model.
+   * @default unsealed
+   */
+  seal?: RawSealOptions;
+  /** Longest TTL honoured; longer `cacheTtlS` values are capped. @default '1d' */
+  maxTtl?: Duration;
+  /** Results whose JSON is larger are returned but not stored. @default '8mb' */
+  maxEntryBytes?: ByteSize;
+  /**
+   * After a store failure, skip the store for this long (runs go uncached) instead of paying a
+   * timeout on every call. `0` retries the store on every call.
+   * @default '1s'
+   */
+  storeRestAfterFailure?: Duration;
+  /** pino logger; store trouble is logged once per burst. @default silent */
+  logger?: Logger;
+  /** Milliseconds clock, for expiry and resting. @default Date.now */
+  now?: () => number;
+}
+
+/** The options after validation and defaults; the hot path reads only these. */
+export interface ResolvedResultCacheOptions {
+  readonly store: CacheStore;
+  readonly fingerprint: FingerprintFn | null;
+  /** The secret's bytes, or `null` when entries are not sealed. */
+  readonly sealSecret: Buffer | null;
+  readonly maxTtlMs: number;
+  readonly maxEntryBytes: number;
+  readonly storeRestMs: number;
+  readonly logger: Logger;
+  readonly now: () => number;
+}
+
+const MIN_SECRET_BYTES = 32;
+
+/** Validates `options` (a `TypeError` naming the option otherwise) and applies defaults. */
+export function resolveResultCacheOptions(
+  options: RawResultCacheOptions,
+): ResolvedResultCacheOptions {
+  if (options === null || typeof options !== 'object') throw new TypeError('options are required');
+  const { store } = options;
+  if (typeof store?.get !== 'function' || typeof store.set !== 'function') {
+    throw new TypeError('store must be a CacheStore (MemoryCacheStore, RedisCacheStore, …)');
+  }
+  if (options.fingerprint !== undefined && typeof options.fingerprint !== 'function') {
+    throw new TypeError('fingerprint must be a function (job) => string | null');
+  }
+  if (options.now !== undefined && typeof options.now !== 'function') {
+    throw new TypeError('now must be a function returning milliseconds');
+  }
+  return Object.freeze({
+    store,
+    fingerprint: options.fingerprint ?? null,
+    sealSecret: resolveSealSecret(options.seal),
+    maxTtlMs: resolveDuration(options.maxTtl ?? '1d', 'maxTtl'),
+    maxEntryBytes: resolveByteSize(options.maxEntryBytes ?? '8mb', 'maxEntryBytes'),
+    storeRestMs: resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure'),
+    logger: options.logger ?? silentLogger,
+    now: options.now ?? Date.now,
+  });
+}
+
+function resolveSealSecret(seal: RawSealOptions | undefined): Buffer | null {
+  if (seal === undefined) return null;
+  if (seal === null || typeof seal !== 'object') {
+    throw new TypeError('seal must be an object { secretKey }');
+  }
+  const { secretKey } = seal;
+  let bytes: Buffer;
+  if (typeof secretKey === 'string') bytes = Buffer.from(secretKey, 'utf8');
+  else if (secretKey instanceof Uint8Array) bytes = Buffer.from(secretKey);
+  else throw new TypeError('seal.secretKey must be a string or a Uint8Array');
+  if (bytes.byteLength < MIN_SECRET_BYTES) {
+    // Never the value itself: it is a secret, even when it is too short to be a good one.
+    throw new TypeError(
+      `seal.secretKey must be at least ${MIN_SECRET_BYTES} bytes (e.g. 64 hex characters from a secret store)`,
+    );
+  }
+  return bytes;
+}
