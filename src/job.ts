@@ -1,7 +1,11 @@
 import { InvalidJobError } from './errors.js';
 
-/** A workspace id: short, no path separators, safe in a cache key and a URL segment. */
-export const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/**
+ * A workspace id: short, no path separators, safe in a cache key and a URL segment. As text for
+ * JSON schemas (the reference server validates route params with it), and as a RegExp.
+ */
+export const WORKSPACE_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$';
+export const WORKSPACE_RE = new RegExp(WORKSPACE_PATTERN);
 
 /** A runnable's identity: its path and the content version that produced a result. */
 export interface RunnableRef {

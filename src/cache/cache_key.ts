@@ -1,11 +1,10 @@
 import { hash } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
-import type { Job } from '../job.js';
+import { type Job, WORKSPACE_RE } from '../job.js';
 import { canonicalArgs, jsonString } from './canonical_json.js';
 
 /** Bumped whenever the encoding below changes, so old and new keys never meet. */
 const KEY_FORMAT = 1;
-const WORKSPACE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 /**
  * The cache key of a job's result: `<workspace>/cache/<64 hex>`.

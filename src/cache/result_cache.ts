@@ -10,6 +10,7 @@ import {
 } from '../job.js';
 import type { Logger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
+import { SingleFlight } from '../util/single_flight.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import { type CacheRun, CacheRuns } from './cache_run.js';
@@ -19,7 +20,6 @@ import {
   resolveResultCacheOptions,
 } from './result_cache_options.js';
 import { SealedEntries } from './sealed_entry.js';
-import { SingleFlight } from '../util/single_flight.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
 
 /** A {@link JobExecutor} with a result cache in front, plus its counters and events. */

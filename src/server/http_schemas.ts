@@ -3,9 +3,11 @@
  * runs, with type coercion off: `{"path": 1}` or `{"path": ["x"]}` is a 400, never a string.
  */
 
+import { WORKSPACE_PATTERN } from '../index.js';
+
 /** A workspace id, as the library accepts it (cache keys, catalog). */
-export const WORKSPACE_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$';
-export const WORKSPACE_RE = new RegExp(WORKSPACE_PATTERN);
+export { WORKSPACE_PATTERN, WORKSPACE_RE } from '../index.js';
+
 /** App and webhook names: lower-case words joined by `-` or `_`. */
 const NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,62}$';
 /** The longest path segment the router accepts; longer is a 414. */
