@@ -33,6 +33,21 @@ export interface ChurnRow {
   readonly hitRatio: number;
 }
 
+/** The README table: both hit ratios, and their ratio against SPEC's target. */
+export function churnTable(rows: readonly ChurnRow[]): string {
+  const [steady, churn] = rows;
+  if (steady === undefined || churn === undefined) return '';
+  const ratio = churn.hitRatio / steady.hitRatio;
+  return [
+    '**Hit ratio under churn** (same seeded reads on warm caches, without and with one membership change per second):',
+    '',
+    '| scenario | reads | changes | hit ratio | × steady | target |',
+    '| --- | ---: | ---: | ---: | ---: | --- |',
+    `| \`${steady.id}\` — ${steady.label} | ${steady.reads} | 0 | ${steady.hitRatio.toFixed(4)} | 1.00 | |`,
+    `| \`${churn.id}\` — ${churn.label} | ${churn.reads} | ${churn.changes} | ${churn.hitRatio.toFixed(4)} | ${ratio.toFixed(3)} | ${ratio >= 0.95 ? '✅' : '❌'} ≥ 0.95× |`,
+  ].join('\n');
+}
+
 /** A small deterministic PRNG, so both phases read the same sequence. */
 function prng(seed: number): () => number {
   let state = seed >>> 0;

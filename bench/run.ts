@@ -13,6 +13,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type ChurnRow, churnBench, churnTable } from './churn_bench.js';
 import { type DatatableRow, datatableBench } from './datatable_bench.js';
 import {
   deleteRunKeys,
@@ -146,7 +147,12 @@ async function main(): Promise<void> {
   // Data tables and HTTP: on a real Postgres (DATABASE_URL, else embedded).
   let datatableRows: DatatableRow[] = [];
   let httpRows: HttpRow[] = [];
-  if (wanted(/^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_)/)) {
+  let churnRows: ChurnRow[] = [];
+  if (
+    wanted(
+      /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_)/,
+    )
+  ) {
     const pgPrefix = `vcb${process.pid}_`;
     process.stdout.write('\npostgres… ');
     const postgres = await benchPostgres();
@@ -154,6 +160,8 @@ async function main(): Promise<void> {
       env.postgres = `${postgres.version}; embedded for \`npm start\`: ${await embeddedVersion()}`;
       process.stdout.write('data tables… ');
       datatableRows = await datatableBench(postgres, pgPrefix, dbPlan, quick ? 8 : 30);
+      process.stdout.write('churn… ');
+      churnRows = await churnBench(postgres, pgPrefix, quick ? 5 : 20, quick ? 500 : 2000);
       process.stdout.write('http… ');
       httpRows = await httpBench(postgres, pgPrefix, REDIS_URL, `${RUN_PREFIX}http:`, dbPlan);
     } finally {
@@ -167,6 +175,7 @@ async function main(): Promise<void> {
   const body = [
     tables(rows),
     ...(datatableRows.length > 0 ? [datatableTable(datatableRows)] : []),
+    ...(churnRows.length > 0 ? [churnTable(churnRows)] : []),
     ...(httpRows.length > 0 ? [httpTable(httpRows)] : []),
   ].join('\n\n');
   console.log(body);
@@ -179,7 +188,7 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, httpRows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, httpRows }, null, 2)}\n`,
   );
   await writeReadmeSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +
