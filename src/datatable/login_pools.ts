@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { GuardedClient } from './pg_clients.js';
 import { PooledLease } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {
@@ -131,6 +132,7 @@ export class LoginPools {
   #newPool(database: string, login: string, password: string): pg.Pool {
     const { base, poolSize, idleTimeoutMs, statementTimeoutMs } = this.#options;
     const pool = new pg.Pool({
+      Client: GuardedClient,
       ...base,
       database,
       user: login,
