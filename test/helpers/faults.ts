@@ -39,7 +39,7 @@ export function hold(count = 1) {
 /**
  * Runnables: `orders` (the viewer's order ids), `held` (connects, waits at the current hold,
  * then reads), `script` (runs `args.script` on the viewer's connection, then reads),
- * `settings` (what a fresh session of the viewer's login starts with).
+ * `whoami` (the login), `settings` (what the viewer's session starts with).
  */
 export function faultExecutor(
   datatables: Datatables,
@@ -69,6 +69,12 @@ export function faultExecutor(
           const client = await ctx.datatable('main', { as: 'viewer' });
           for (const statement of args['script'] as string[]) await client.query(statement);
           return ids((await client.query('select id from orders order by id')).rows);
+        },
+      },
+      whoami: {
+        fn: async (_args, ctx) => {
+          const client = await ctx.datatable('main', { as: 'viewer' });
+          return (await client.query('select session_user::text as login')).rows[0]!['login'];
         },
       },
       settings: {
