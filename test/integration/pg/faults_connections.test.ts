@@ -144,6 +144,41 @@ describe('a job holding a viewer connection when its backend dies', () => {
   }
 });
 
+describe('a run waiting for a connection when its login’s pool is closed', () => {
+  it('does not hang: it retries once on a fresh pool and ends with a code', async () => {
+    const uncaught = watchUncaught();
+    await carolRuns();
+    const { job: holder, release } = await heldJob(CAROL);
+    // The second run waits in the pool's queue (one connection per login, already lent).
+    const resolved = new Promise<void>((resolve) => {
+      const listener = () => {
+        runner.events.off('datatable:resolved', listener);
+        resolve();
+      };
+      runner.events.on('datatable:resolved', listener);
+    });
+    const waiting = rowsOf(executor, CAROL);
+    waiting.catch(() => {});
+    await resolved; // its checkout was asked for synchronously after this event
+    // This process retires the login itself: its pool is ended with the run still queued.
+    const change = runner.admin.disableRole(WS, fx.AMER);
+    const outcome = await within(
+      waiting.then(
+        () => 'rows',
+        (err: { code?: string }) => err.code ?? 'uncoded',
+      ),
+      10_000,
+    );
+    expect(['E_ROLE_RESOLUTION_FAILED', 'E_CONNECTION_LOST']).toContain(outcome);
+    release();
+    await expectCoded(holder, ['E_CONNECTION_LOST']);
+    await settled(change);
+    await settled(admin.enableRole(WS, fx.AMER));
+    await carolRuns();
+    expect(uncaught.errors).toEqual([]);
+  });
+});
+
 describe('routine admin work', () => {
   it('disable + enable, the viewer runs again on one backend, a second disable is harmless', async () => {
     const uncaught = watchUncaught();
