@@ -165,6 +165,8 @@ describe('soak: random backend terminations under load', () => {
     }
     console.info('soak:', { ...stats, ms });
     expect(stats.runs).toBeGreaterThanOrEqual(1000);
+    // A coded error, but a hang: a run waited out the executor's timeout.
+    expect(stats.errors['E_EXECUTOR_TIMEOUT']).toBeUndefined();
     expect(stats.terminated).toBeGreaterThan(100);
     expect(uncaught.errors).toEqual([]);
     expect(await within(runner.close(), 5_000)).not.toBe('timeout');
