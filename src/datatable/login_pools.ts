@@ -31,7 +31,7 @@ export class LoginAuthFailed extends Error {
 interface Entry {
   readonly pool: pg.Pool;
   readonly password: string;
-  /** Resolves once {@link end} was called. */
+  /** Resolves once the pool has ended after {@link end}: nothing it has not answered will be. */
   readonly ended: Promise<void>;
   /** Ends the pool (once); leases waiting in its queue give up (see {@link checkout}). */
   end(): Promise<void>;
@@ -48,17 +48,22 @@ function newEntry(pool: pg.Pool, password: string): Entry {
     password,
     ended,
     end() {
-      signal();
-      ending ??= pool.end().catch(() => {});
+      // Signalled once the pool has really ended (every client gone): until then a caller whose
+      // connection is being opened, or who waits for a lent one, may still be answered.
+      ending ??= pool
+        .end()
+        .catch(() => {})
+        .then(signal);
       return ending;
     },
   };
 }
 
 /**
- * A client of the entry's pool, or null when the pool is ended first: pg-pool never answers a
+ * A client of the entry's pool, or null when the pool has ended first: pg-pool never answers a
  * `connect()` still queued (pool full) when `end()` is called, so without this a run waiting
  * for a connection of a login whose pool was rotated or evicted would hang until its timeout.
+ * The pool ends when its last lent client comes back, so such a run waits no longer than that.
  * A client that arrives after all is destroyed.
  */
 function checkout(entry: Entry): Promise<pg.PoolClient | null> {
