@@ -195,6 +195,7 @@ export class LoginLeaser {
         this.#known.delete(login);
         await this.#protocol.prepare(login, oids, database, {
           refused: password,
+          onlyWithRow: true,
           prove: async (fresh) => {
             await (await this.#pools.lease(database, login, fresh)).release(false);
           },

@@ -53,6 +53,12 @@ export interface PrepareOptions {
    * back rather than trusted.
    */
   refused?: string;
+  /**
+   * Only take back a login that still has its row (the post-release check): a login without one
+   * is being retired, or was, and must not be brought back behind the retire — its next use
+   * re-creates it if it is still wanted.
+   */
+  onlyWithRow?: boolean;
 }
 
 /**
@@ -108,6 +114,11 @@ export class RoleSetProtocol {
           login,
         ]);
         const row = rows[0];
+        if (row === undefined && options.onlyWithRow === true) {
+          throw new RoleResolutionFailedError(
+            `set login ${login} has no row; left to its next use`,
+          );
+        }
         if (row !== undefined) {
           const stored = row.role_oids.map(Number).sort((a, b) => a - b);
           if (stored.join(',') !== oids.join(',')) {
