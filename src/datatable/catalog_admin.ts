@@ -215,10 +215,12 @@ export class CatalogAdmin {
     return this.#change(async (client) => {
       const role = await this.#findRole(client, workspace, name);
       const verifier = await scramVerifier(this.#options.passwords.forRole(role.oid, role.secret));
+      // The catalog row first, as disableRole does: its row lock orders the two ALTER ROLEs, which
+      // otherwise race ("tuple concurrently updated") when two processes change the same role.
+      await client.query(sql.SET_ENABLED, [role.oid, true]);
       await client.query(
         `alter role ${pg.escapeIdentifier(role.name)} with ${LOGIN_ATTRIBUTES} password ${pg.escapeLiteral(verifier)}`,
       );
-      await client.query(sql.SET_ENABLED, [role.oid, true]);
     });
   }
 

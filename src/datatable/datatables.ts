@@ -18,6 +18,7 @@ import { LoginPools } from './login_pools.js';
 import { LoginRepair } from './login_repair.js';
 import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
+import { GuardedClient } from './pg_clients.js';
 import type { PooledLease } from './pooled_lease.js';
 import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
@@ -206,7 +207,12 @@ class DatatableService implements Datatables {
     const logger = this.#logger;
     const events = this.events;
 
-    this.#pool = new pg.Pool({ ...adminConfig, max: 4, application_name: 'viewer-cache-admin' });
+    this.#pool = new pg.Pool({
+      ...adminConfig,
+      Client: GuardedClient,
+      max: 4,
+      application_name: 'viewer-cache-admin',
+    });
     this.#pool.on('error', (err) => {
       // After close(), connections ending with the server are expected, not news.
       if (!this.#closed) logger.warn({ err: err.message }, 'catalog connection lost');

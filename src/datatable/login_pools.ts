@@ -1,5 +1,7 @@
 import pg from 'pg';
+import { ConnectionLostError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { GuardedClient } from './pg_clients.js';
 import { PooledLease } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {
@@ -43,6 +45,51 @@ export class LoginAuthFailed extends Error {
 interface Entry {
   readonly pool: pg.Pool;
   readonly password: string;
+  /** Resolves once the pool has ended after {@link end}: nothing it has not answered will be. */
+  readonly ended: Promise<void>;
+  /** Ends the pool (once); leases waiting in its queue give up (see {@link checkout}). */
+  end(): Promise<void>;
+}
+
+function newEntry(pool: pg.Pool, password: string): Entry {
+  let signal!: () => void;
+  const ended = new Promise<void>((resolve) => {
+    signal = resolve;
+  });
+  let ending: Promise<void> | undefined;
+  return {
+    pool,
+    password,
+    ended,
+    end() {
+      // Signalled once the pool has really ended (every client gone): until then a caller whose
+      // connection is being opened, or who waits for a lent one, may still be answered.
+      ending ??= pool
+        .end()
+        .catch(() => {})
+        .then(signal);
+      return ending;
+    },
+  };
+}
+
+/**
+ * A client of the entry's pool, or null when the pool has ended first: pg-pool never answers a
+ * `connect()` still queued (pool full) when `end()` is called, so without this a run waiting
+ * for a connection of a login whose pool was rotated or evicted would hang until its timeout.
+ * The pool ends when its last lent client comes back, so such a run waits no longer than that.
+ * A client that arrives after all is destroyed.
+ */
+function checkout(entry: Entry): Promise<pg.PoolClient | null> {
+  const connecting = entry.pool.connect();
+  return Promise.race([connecting, entry.ended.then(() => null)]).then((client) => {
+    if (client === null)
+      connecting.then(
+        (late) => late.release(true),
+        () => {},
+      );
+    return client;
+  });
 }
 
 /** SQLSTATEs meaning "these credentials no longer work". */
@@ -87,7 +134,16 @@ export class LoginPools {
    * A connection as `login` on `database`.
    * @throws {LoginAuthFailed} when the password is refused (the pool is dropped).
    */
-  async lease(database: string, login: string, password: string): Promise<PooledLease> {
+  lease(database: string, login: string, password: string): Promise<PooledLease> {
+    return this.#lease(database, login, password, false);
+  }
+
+  async #lease(
+    database: string,
+    login: string,
+    password: string,
+    retried: boolean,
+  ): Promise<PooledLease> {
     if (this.#closed) throw new Error('login pools are closed');
     const key = `${database}\0${login}`;
     let entry = this.#pools.get(key);
@@ -97,7 +153,7 @@ export class LoginPools {
       entry = undefined;
     }
     if (entry === undefined) {
-      entry = { pool: this.#newPool(database, login, password), password };
+      entry = newEntry(this.#newPool(database, login, password), password);
       this.#pools.set(key, entry);
       this.#evictIdle(key);
     } else {
@@ -105,9 +161,9 @@ export class LoginPools {
       this.#pools.set(key, entry);
     }
     const opens = await this.#roomFor(key, entry.pool);
-    let client: pg.PoolClient;
+    let client: pg.PoolClient | null;
     try {
-      client = await entry.pool.connect();
+      client = await checkout(entry);
     } catch (err) {
       if (AUTH_FAILURES.has((err as { code?: string }).code ?? '')) {
         this.#drop(key, entry);
@@ -116,6 +172,15 @@ export class LoginPools {
       throw err;
     } finally {
       if (opens) this.#opening--;
+    }
+    if (client === null) {
+      // The pool was ended (rotated, evicted, closing) while this lease waited in its queue.
+      if (retried || this.#closed) {
+        throw new ConnectionLostError(
+          'the login’s connections were closed while this run waited for one; retry',
+        );
+      }
+      return this.#lease(database, login, password, true);
     }
     if (this.#closed) {
       client.release(true);
@@ -206,14 +271,15 @@ export class LoginPools {
     this.#closed = true;
     this.#wake();
     for (const lease of [...this.#lent]) lease.abandon();
-    const pools = [...this.#pools.values()].map((entry) => entry.pool);
+    const entries = [...this.#pools.values()];
     this.#pools.clear();
-    await Promise.allSettled(pools.map((pool) => pool.end()));
+    await Promise.allSettled(entries.map((entry) => entry.end()));
   }
 
   #newPool(database: string, login: string, password: string): pg.Pool {
     const { base, poolSize, idleTimeoutMs, statementTimeoutMs } = this.#options;
     const pool = new pg.Pool({
+      Client: GuardedClient,
       ...base,
       database,
       user: login,
@@ -233,7 +299,7 @@ export class LoginPools {
 
   #drop(key: string, entry: Entry): void {
     if (this.#pools.get(key) === entry) this.#pools.delete(key);
-    entry.pool.end().catch(() => {});
+    entry.end();
   }
 
   /**

@@ -7,6 +7,24 @@ import pg from 'pg';
  * `'error'` on it — with no listener, that is an uncaught exception that ends the process.
  */
 
+/**
+ * The client class of every pool the library owns: it listens for `'error'` from construction
+ * to the end, so no instant exists where an error is unhandled. pg-pool drops its own listener
+ * when it hands a client out, and resolves `connect()` from inside the parser loop: when the
+ * backend is terminated right after authenticating (a login retired or repaired at that moment),
+ * the FATAL message can be in the same chunk as ReadyForQuery and is emitted before the caller's
+ * continuation could add a listener. The failure itself still reaches the caller: the pending or
+ * next query rejects, and the lease or {@link withPooledClient} sees it.
+ */
+export class GuardedClient extends pg.Client {
+  constructor(config?: string | pg.ClientConfig) {
+    super(config);
+    this.on('error', ignore);
+  }
+}
+
+function ignore(): void {}
+
 /** SQLSTATEs and socket errors that mean the connection itself is gone, not the statement. */
 const LOST_STATES = new Set(['57P01', '57P02', '57P03', '08000', '08003', '08006', '08001']);
 const LOST_ERRNOS = new Set(['ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH']);

@@ -153,13 +153,11 @@ export class PooledLease implements DatatableLease {
   }
 
   #finish(client: pg.PoolClient, destroy: Error | boolean): void {
+    // A late 'error' after release is not unhandled either: the pools' clients are
+    // GuardedClients, which always listen (adding a no-op here on every release leaked one
+    // listener per reuse).
     client.off('error', this.#onError);
-    // A late 'error' after release must not be unhandled either: pg-pool listens on idle clients,
-    // and a destroyed client is ended; keep a no-op listener for the gap in between.
-    client.on('error', noop);
     client.release(destroy);
     this.#onReleased(this, this.#login);
   }
 }
-
-function noop(): void {}
