@@ -81,6 +81,9 @@ function newEntry(pool: pg.Pool, password: string): Entry {
  * A client that arrives after all is destroyed.
  */
 function checkout(entry: Entry): Promise<pg.PoolClient | null> {
+  // Ended while the lease waited for room: pg-pool would throw "Cannot use a pool after calling
+  // end"; answer as for a queued lease (the caller retries once on a fresh pool).
+  if ((entry.pool as unknown as { ending?: boolean }).ending === true) return Promise.resolve(null);
   const connecting = entry.pool.connect();
   return Promise.race([connecting, entry.ended.then(() => null)]).then((client) => {
     if (client === null)
