@@ -101,6 +101,21 @@ export async function rowsOf(executor: Executor, viewer: string): Promise<number
 }
 
 /**
+ * {@link rowsOf} as a client would run it: a run whose connection was ended under it — by a
+ * take-back that an earlier job's post-release check started, which ends the login's other
+ * sessions — fails with E_CONNECTION_LOST, which says "retry"; it is retried once, and the retry
+ * must succeed.
+ */
+export async function rowsRetrying(executor: Executor, viewer: string): Promise<number[]> {
+  try {
+    return await rowsOf(executor, viewer);
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'E_CONNECTION_LOST') throw err;
+    return rowsOf(executor, viewer);
+  }
+}
+
+/**
  * Counts uncaught exceptions and unhandled rejections while the current test runs. With a
  * listener installed Node does not exit, so the test sees the count (vitest would also report
  * them; the count makes the failure point at the test that caused it).

@@ -8,7 +8,7 @@ import {
   CAROL,
   faultExecutor,
   libraryBackends,
-  rowsOf,
+  rowsRetrying,
   terminate,
   waitUntil,
   watchUncaught,
@@ -75,7 +75,7 @@ async function memberships(login: string): Promise<string[]> {
 async function freshProcessSees(viewer: string): Promise<number[]> {
   const b = await fx.open({ migrate: false });
   try {
-    return await rowsOf(faultExecutor(b), viewer);
+    return await rowsRetrying(faultExecutor(b), viewer);
   } finally {
     await b.close();
   }
@@ -84,25 +84,25 @@ async function freshProcessSees(viewer: string): Promise<number[]> {
 describe('a set login changed by an operator', () => {
   it('made NOLOGIN, its sessions ended: the next run takes it back', async () => {
     const uncaught = watchUncaught();
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await fx.sql.query(`alter role ${ident(carolLogin)} nologin`);
     await kick(carolLogin);
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     expect(await canLogin(carolLogin)).toBe(true);
     expect(uncaught.errors).toEqual([]);
   });
 
   it('made NOLOGIN with a session open: repaired after the next release', async () => {
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await fx.sql.query(`alter role ${ident(carolLogin)} nologin`);
     // This run is served on the open session (NOLOGIN does not end it); its release checks.
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await waitUntil('the login can log in again', () => canLogin(carolLogin));
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
   });
 
   it('made NOLOGIN: a process opening its first pool takes it back', async () => {
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await fx.sql.query(`alter role ${ident(carolLogin)} nologin`);
     expect(await freshProcessSees(CAROL)).toEqual([1, 2, 3]);
     expect(await canLogin(carolLogin)).toBe(true);
@@ -110,10 +110,10 @@ describe('a set login changed by an operator', () => {
 
   it('dropped (its row kept): the next run recreates it, in this process and a fresh one', async () => {
     const uncaught = watchUncaught();
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await kick(carolLogin);
     await fx.sql.query(`drop role ${ident(carolLogin)}`);
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await kick(carolLogin);
     await fx.sql.query(`drop role ${ident(carolLogin)}`);
     expect(await freshProcessSees(CAROL)).toEqual([1, 2, 3]);
@@ -122,24 +122,24 @@ describe('a set login changed by an operator', () => {
   });
 
   it('stripped of a membership: full rows once the check has run, at once in a fresh process', async () => {
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await fx.sql.query(`revoke ${ident(fx.AMER)} from ${ident(carolLogin)}`);
     // The open session sees the revoke at once: this one run may have fewer rows (stated above).
     expect([
       [1, 3],
       [1, 2, 3],
-    ]).toContainEqual(await rowsOf(onA, CAROL));
+    ]).toContainEqual(await rowsRetrying(onA, CAROL));
     await waitUntil('the membership is back', async () => {
       return (await memberships(carolLogin)).includes(fx.AMER);
     });
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
 
     await fx.sql.query(`revoke ${ident(fx.AMER)} from ${ident(carolLogin)}`);
     expect(await freshProcessSees(CAROL)).toEqual([1, 2, 3]);
   });
 
   it('given a membership it should not have: taken back to exactly its set', async () => {
-    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect(await rowsRetrying(onA, CAROL)).toEqual([1, 2, 3]);
     await fx.sql.query(`grant ${ident(fx.APAC)} to ${ident(carolLogin)}`);
     expect(await freshProcessSees(CAROL)).toEqual([1, 2, 3]);
     expect(await memberships(carolLogin)).toEqual([fx.AMER, fx.EMEA].sort());
@@ -149,18 +149,18 @@ describe('a set login changed by an operator', () => {
 describe("a role's own login changed by an operator", () => {
   it('made NOLOGIN, its sessions ended: the next run takes it back', async () => {
     const uncaught = watchUncaught();
-    expect(await rowsOf(onA, ALICE)).toEqual([1, 3]);
+    expect(await rowsRetrying(onA, ALICE)).toEqual([1, 3]);
     await fx.sql.query(`alter role ${ident(fx.EMEA)} nologin`);
     await kick(fx.EMEA);
-    expect(await rowsOf(onA, ALICE)).toEqual([1, 3]);
+    expect(await rowsRetrying(onA, ALICE)).toEqual([1, 3]);
     expect(await canLogin(fx.EMEA)).toBe(true);
     expect(uncaught.errors).toEqual([]);
   });
 
   it('made NOLOGIN with a session open: repaired after the next release', async () => {
-    expect(await rowsOf(onA, ALICE)).toEqual([1, 3]);
+    expect(await rowsRetrying(onA, ALICE)).toEqual([1, 3]);
     await fx.sql.query(`alter role ${ident(fx.EMEA)} nologin`);
-    expect(await rowsOf(onA, ALICE)).toEqual([1, 3]);
+    expect(await rowsRetrying(onA, ALICE)).toEqual([1, 3]);
     await waitUntil('the login can log in again', () => canLogin(fx.EMEA));
     expect(await freshProcessSees(ALICE)).toEqual([1, 3]);
   });
