@@ -63,6 +63,8 @@ export class CatalogSnapshot {
   #reconnectTimer: NodeJS.Timeout | undefined;
   #reconnectDelayMs: number;
   #closed = false;
+  /** waitForGeneration callers, answered when the snapshot closes. */
+  readonly #closeWaiters = new Set<() => void>();
 
   constructor(options: CatalogSnapshotOptions) {
     this.#pool = options.pool;
@@ -144,21 +146,35 @@ export class CatalogSnapshot {
     this.#epoch++;
   }
 
-  /** Resolves once a state at `generation` or newer is loaded (for tools and tests). */
+  /**
+   * Resolves once a state at `generation` or newer is loaded (for tools and tests); rejects if
+   * the snapshot is closed first, rather than waiting forever.
+   */
   async waitForGeneration(generation: number): Promise<void> {
     if (this.generation >= generation) return;
-    await new Promise<void>((resolve) => {
+    if (this.#closed) throw new Error('the data-table catalog is closed');
+    await new Promise<void>((resolve, reject) => {
+      const done = () => {
+        this.#events.off('catalog:refreshed', onRefresh);
+        this.#closeWaiters.delete(onClose);
+      };
       const onRefresh = (event: { generation: number }) => {
         if (event.generation < generation) return;
-        this.#events.off('catalog:refreshed', onRefresh);
+        done();
         resolve();
       };
+      const onClose = () => {
+        done();
+        reject(new Error('the data-table catalog was closed while waiting for a generation'));
+      };
       this.#events.on('catalog:refreshed', onRefresh);
+      this.#closeWaiters.add(onClose);
     });
   }
 
   async close(): Promise<void> {
     this.#closed = true;
+    for (const onClose of [...this.#closeWaiters]) onClose();
     this.#fresh = false;
     clearTimeout(this.#reconnectTimer);
     clearInterval(this.#heartbeatTimer);
