@@ -204,7 +204,10 @@ export class CatalogSnapshot {
 
   async #confirmNow(): Promise<CatalogState> {
     const epoch = this.#epoch;
-    const { rows } = await this.#pool.query<{ value: string }>(sql.READ_GENERATION);
+    const { rows } = await this.#pool.query<{ value: string }>({
+      name: 'viewer_cache_generation',
+      text: sql.READ_GENERATION,
+    });
     const state = this.#state;
     if (state !== null && Number(rows[0]?.value) === state.generation) {
       // Every catalog change bumps the generation: equal means nothing changed since the read.

@@ -22,6 +22,7 @@ import { GuardedClient } from './pg_clients.js';
 import type { PooledLease } from './pooled_lease.js';
 import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
+import { RESET_AND_RELEASE } from './sql/identity.js';
 import { ViewerIdentities, type ViewerIdentity } from './viewer_identity.js';
 
 export interface RawDatatablesOptions {
@@ -350,7 +351,9 @@ class DatatableService implements Datatables {
   async #bind(lease: PooledLease, database: string, identity: ViewerIdentity): Promise<void> {
     const identities = this.#identities!;
     const backend = lease.backend;
-    lease.beforeReturn(() => identities.unbind(database, backend.pid));
+    // Given back: the connection drops its own binding beside DISCARD ALL (one round trip);
+    // destroyed: the privileged side deletes it.
+    lease.resetWith(RESET_AND_RELEASE, () => identities.unbind(database, backend.pid));
     try {
       await identities.bind(database, backend, identity);
     } catch (err) {

@@ -60,7 +60,11 @@ export class LoginRepair {
       verifier: string | null;
       plain_memberships: number[];
       memberships: number;
-    }>(sql.INSPECT_LOGIN, [expected.login, readVerifier]);
+    }>({
+      name: 'viewer_cache_inspect',
+      text: sql.INSPECT_LOGIN,
+      values: [expected.login, readVerifier],
+    });
     const row = rows[0];
     if (row === undefined || !row.managed || row.settings > 0) return false;
     if (expected.memberships !== undefined) {
@@ -72,13 +76,14 @@ export class LoginRepair {
         return false;
       }
     }
-    if (readVerifier) {
-      if (row.verifier === null) return false;
-      if (this.#verified.get(expected.login) !== row.verifier) {
-        if (!(await verifierMatches(row.verifier, expected.password))) return false;
-        this.#verified.set(expected.login, row.verifier);
-      }
-    }
+    return !readVerifier || this.#verifierIsManaged(expected, row.verifier);
+  }
+
+  async #verifierIsManaged(expected: ExpectedLogin, verifier: string | null): Promise<boolean> {
+    if (verifier === null) return false;
+    if (this.#verified.get(expected.login) === verifier) return true;
+    if (!(await verifierMatches(verifier, expected.password))) return false;
+    this.#verified.set(expected.login, verifier);
     return true;
   }
 

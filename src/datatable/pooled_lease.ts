@@ -30,8 +30,10 @@ export class PooledLease implements DatatableLease {
     this.#broken ??= err;
   };
   readonly #login: string;
-  /** Runs after the reset and before the connection goes back (unbinding its identity). */
-  #beforeReturn: (() => Promise<void>) | null = null;
+  /** The statements that reset the connection before it goes back: DISCARD ALL, or more. */
+  #reset: readonly string[] = ['discard all'];
+  /** Runs if the connection is destroyed instead (best effort). */
+  #onDestroy: (() => Promise<void>) | null = null;
   readonly #onReleased: (lease: PooledLease, login: string) => void;
   readonly #shed: () => boolean;
   readonly client: DatatableClient;
@@ -76,9 +78,13 @@ export class PooledLease implements DatatableLease {
     return this.#login;
   }
 
-  /** Registers work that must succeed before this connection may be pooled again. */
-  beforeReturn(fn: () => Promise<void>): void {
-    this.#beforeReturn = fn;
+  /**
+   * Replaces the reset run before the connection may be pooled again (it must succeed, or the
+   * connection is destroyed), and what to do when it is destroyed instead.
+   */
+  resetWith(statements: readonly string[], onDestroy: () => Promise<void>): void {
+    this.#reset = statements;
+    this.#onDestroy = onDestroy;
   }
 
   async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
@@ -127,17 +133,18 @@ export class PooledLease implements DatatableLease {
     this.#client = null;
     if (destroy || this.#broken !== null) {
       // Best effort: a destroyed backend's binding matches nothing anyway (see sql/identity.ts).
-      this.#beforeReturn?.().catch(() => {});
+      this.#onDestroy?.().catch(() => {});
       this.#finish(client, this.#broken ?? true);
       return;
     }
     // Not awaited: the job's result need not wait for the reset; the connection is simply not
     // back in the pool until it is clean (and unbound). The error listener stays on until then.
-    // The unbind runs on the privileged side beside the reset; both must succeed.
-    Promise.all([client.query('discard all'), this.#beforeReturn?.()]).then(
+    // Queued back to back on the connection (pg runs them in order); all must succeed.
+    Promise.all(this.#reset.map((statement) => client.query(statement))).then(
       () => this.#finish(client, this.#broken ?? this.#shed()),
       (err: unknown) => {
         this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
+        this.#onDestroy?.().catch(() => {});
         this.#finish(client, true);
       },
     );

@@ -62,13 +62,18 @@ export class ViewerIdentities {
   /** Binds `identity` to the backend of `socket` (as the lent connection sees it). */
   async bind(database: string, socket: BackendSocket, identity: ViewerIdentity): Promise<void> {
     await this.install(database);
-    const { rowCount } = await this.#pool(database).query(sql.BIND, [
-      socket.pid,
-      socket.clientAddress,
-      socket.clientPort,
-      identity.email,
-      JSON.stringify(identity.attributes),
-    ]);
+    // Named: prepared once per connection, not planned on every lease.
+    const { rowCount } = await this.#pool(database).query({
+      name: 'viewer_cache_bind',
+      text: sql.BIND,
+      values: [
+        socket.pid,
+        socket.clientAddress,
+        socket.clientPort,
+        identity.email,
+        JSON.stringify(identity.attributes),
+      ],
+    });
     if (rowCount !== 1) throw new Error('the lent connection could not be bound to its viewer');
   }
 

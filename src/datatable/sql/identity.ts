@@ -78,6 +78,17 @@ export const INSTALL = [
      return bound ->> name;
    end
    $vc$`,
+  // A backend may drop its own binding (and only its own): the library calls this on the lent
+  // connection itself when it is given back, beside DISCARD ALL, so a release costs no
+  // privileged round trip. A runnable calling it only loses its own identity.
+  `create or replace function viewer_cache.release_identity() returns void
+     language sql volatile security definer
+     set search_path = pg_catalog, pg_temp
+   as $vc$
+     delete from viewer_cache.lease_identity where pid = pg_catalog.pg_backend_pid()
+   $vc$`,
+  'revoke all on function viewer_cache.release_identity() from public',
+  'grant execute on function viewer_cache.release_identity() to public',
   'revoke all on function viewer_cache.viewer_email() from public',
   'revoke all on function viewer_cache.viewer_attribute(text) from public',
   'grant usage on schema viewer_cache to public',
@@ -101,3 +112,9 @@ export const BIND = `
          attributes = excluded.attributes`;
 
 export const UNBIND = 'delete from viewer_cache.lease_identity where pid = $1';
+
+/**
+ * What a viewer lease runs on its own connection when it is given back, in order (DISCARD ALL
+ * cannot share a multi-statement query: it refuses to run in its implicit transaction).
+ */
+export const RESET_AND_RELEASE = ['select viewer_cache.release_identity()', 'discard all'] as const;
