@@ -150,18 +150,16 @@ async function warmMiss(
     password,
   });
   await bare.connect();
-  const executor = createExecutor({
-    datatables,
-    runnables: {
-      orders: {
-        hash: 'v1',
-        fn: async (_args, ctx) => {
-          const client = await ctx.datatable('main', { as: 'viewer' });
-          return (await client.query(QUERY)).rows.length;
-        },
+  const runnables = {
+    orders: {
+      hash: 'v1',
+      fn: async (_args: Record<string, unknown>, ctx: RunContext) => {
+        const client = await ctx.datatable('main', { as: 'viewer' });
+        return (await client.query(QUERY)).rows.length;
       },
     },
-  });
+  };
+  const executor = createExecutor({ datatables, runnables });
   // The same runnables on an instance that skips the post-release login check, to show its cost.
   const unchecked = await createDatatables({
     connection: url,
@@ -177,28 +175,8 @@ async function warmMiss(
     viewerIdentity: false,
     pools: { prepareAhead: false },
   });
-  const runnables = {
-    orders: {
-      hash: 'v1',
-      fn: async (_args: Record<string, unknown>, ctx: RunContext) => {
-        const client = await ctx.datatable('main', { as: 'viewer' });
-        return (await client.query(QUERY)).rows.length;
-      },
-    },
-  };
   const noIdentityExecutor = createExecutor({ datatables: anonymous, runnables });
-  const uncheckedExecutor = createExecutor({
-    datatables: unchecked,
-    runnables: {
-      orders: {
-        hash: 'v1',
-        fn: async (_args, ctx) => {
-          const client = await ctx.datatable('main', { as: 'viewer' });
-          return (await client.query(QUERY)).rows.length;
-        },
-      },
-    },
-  });
+  const uncheckedExecutor = createExecutor({ datatables: unchecked, runnables });
   const expect =
     (viewer: string, rows: number, through = executor) =>
     async () => {
