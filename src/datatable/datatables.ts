@@ -1,14 +1,15 @@
 import pg from 'pg';
 import { parse as parseConnectionString, toClientConfig } from 'pg-connection-string';
-import type { DatatableConnector, DatatableLease } from '../connector/datatable_connector.js';
+import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
-import { type Duration, resolveDuration } from '../duration.js';
+import { resolveDuration } from '../duration.js';
 import { ConnectFailedError, ViewerCacheError } from '../errors.js';
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { CatalogAdmin } from './catalog_admin.js';
 import { CatalogSnapshot } from './catalog_snapshot.js';
+import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import type { Directory } from './directory.js';
 import { JobAuthorizations } from './job_authorizations.js';
@@ -20,132 +21,12 @@ import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
 import { GuardedClient } from './pg_clients.js';
 import type { PooledLease } from './pooled_lease.js';
-import { RoleSetProtocol, type RoleSetStepHook } from './role_set_protocol.js';
+import { RoleSetProtocol } from './role_set_protocol.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
 import { RESET_AND_RELEASE } from './sql/identity.js';
 import { ViewerIdentities, type ViewerIdentity } from './viewer_identity.js';
 
-export interface RawDatatablesOptions {
-  /**
-   * Privileged connection to the catalog database, as a URL or pg config. The data-table
-   * databases must be on the same cluster (roles are cluster-wide). The role needs CREATEROLE
-   * and ADMIN on the data-table roles (the role that created them has it); a superuser works.
-   */
-  connection: string | pg.ClientConfig;
-  /**
-   * Secret (≥ 32 bytes) from which managed login passwords are derived. Keep it in a secret
-   * store: with it and the catalog, anyone can log in as any data-table role.
-   */
-  secretKey: string | Uint8Array;
-  /**
-   * A direct connection for the catalog's LISTEN client, when `connection` goes through a
-   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process.
-   * @default `connection`
-   */
-  listenConnection?: string | pg.ClientConfig;
-  /** Catalog freshness. */
-  catalog?: {
-    /**
-     * How often the LISTEN connection proves it is alive (a generation read through it). With
-     * the listener silently dead, a change goes unnoticed for at most `heartbeat +
-     * heartbeatTimeout`; meanwhile every run confirms the generation with Postgres.
-     * @default '1s'
-     */
-    heartbeat?: Duration;
-    /** @default '1s' */
-    heartbeatTimeout?: Duration;
-  };
-  /** Group/folder memberships. @default the built-in directory in the catalog */
-  directory?: Directory;
-  /** Apply catalog migrations on start. @default true */
-  migrate?: boolean;
-  /** Login connection pools. */
-  pools?: {
-    /** Pools (logins × databases) kept open at most. @default 100 */
-    max?: number;
-    /** Connections per login. @default 4 */
-    size?: number;
-    /**
-     * Connections open at most across all login pools of this process; idle pools are closed
-     * first to make room, then leases wait for a connection to come back.
-     * @default 20
-     */
-    maxConnections?: number;
-    /** Longest a lease waits for room under `maxConnections` (then E_CONNECT_FAILED). @default '10s' */
-    acquireTimeout?: Duration;
-    /** @default '30s' */
-    idleTimeout?: Duration;
-    /** `statement_timeout` of login connections; 0 = none. @default 0 */
-    statementTimeout?: Duration;
-    /**
-     * Prepare a set login as soon as the catalog shows a new combination of roles (a membership
-     * or tenant change), rather than on the viewer's first run. Built-in directory only.
-     * @default true
-     */
-    prepareAhead?: boolean;
-    /**
-     * After each job, check (off the request path, one admin query per login at a time) that
-     * the runnable did not change its login — password, per-role settings, attributes,
-     * memberships — and take the login back if it did (SPEC invariant 15). Turning it off
-     * leaves such a change in place until the next authentication failure or pool open.
-     * @default true
-     */
-    checkOnRelease?: boolean;
-  };
-  /**
-   * Bind the run's viewer to every `?as=viewer` connection, so that policies can read it with
-   * `viewer_cache.viewer_email()` (and `viewer_cache.viewer_attribute(name)`); the functions are
-   * installed in each data-table database. Costs one privileged round trip per viewer lease.
-   * @default true
-   */
-  viewerIdentity?: boolean;
-  /** @default silent */
-  logger?: Logger;
-}
-
-/** Hooks for tests; not part of the public options. */
-export interface DatatablesTestHooks {
-  /** Called before each step of the set-login protocol; throw to simulate a crash there. */
-  beforeLoginStep?: RoleSetStepHook;
-}
-
-/**
- * Data tables as the viewer: the {@link DatatableConnector} to give {@link createExecutor}, the
- * `fingerprint` to give {@link withResultCache}, and the catalog admin API.
- */
-export interface Datatables extends DatatableConnector {
-  /**
-   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: derived from
-   * what every data-table reference would grant the job (see `authorization.ts`).
-   */
-  readonly fingerprint: (job: Job) => string | Promise<string>;
-  readonly admin: CatalogAdmin;
-  readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
-  /** Generation of the catalog state in memory. */
-  readonly generation: number;
-  /**
-   * Login connections of this process: open (≤ `pools.maxConnections`), lent to jobs, and
-   * leases waiting for room.
-   */
-  readonly connections: { open: number; lent: number; waiting: number };
-  /** Whether the LISTEN connection is up (else every run reads the generation from Postgres). */
-  readonly listenerUp: boolean;
-  /** Resolves once this process has loaded `generation` (or newer). */
-  waitForGeneration(generation: number): Promise<void>;
-  /** Set logins, with the names of the roles they hold. */
-  listLogins(): Promise<SetLoginInfo[]>;
-  /**
-   * Retires set logins that no viewer known to the catalog resolves to any more (and orphans
-   * without a row). With a plugged-in directory only `user:` tenants are known, so a login still
-   * in use may be retired; it is recreated on its next use.
-   */
-  gcLogins(): Promise<string[]>;
-  /** Checks the catalog database answers (for readiness probes). */
-  ping(): Promise<void>;
-  /** Closes every connection; connections still lent are destroyed. Always resolves. */
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
-}
+export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 
 /** Connects, migrates (unless told not to) and loads the catalog. */
 export function createDatatables(options: RawDatatablesOptions): Promise<Datatables> {

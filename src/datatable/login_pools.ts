@@ -1,3 +1,5 @@
+// Just over ~300 lines: the pools, the connection cap and the lease queue share one map of
+// pools and its bookkeeping; the lent connection itself lives in pooled_lease.ts.
 import pg from 'pg';
 import { ConnectionLostError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
