@@ -74,10 +74,6 @@ export class PooledLease implements DatatableLease {
     };
   }
 
-  get login(): string {
-    return this.#login;
-  }
-
   /**
    * Replaces the reset run before the connection may be pooled again (it must succeed, or the
    * connection is destroyed), and what to do when it is destroyed instead.
@@ -115,9 +111,14 @@ export class PooledLease implements DatatableLease {
         throw new NoViewerAttributeError(undefined, { cause: err });
       }
       if (typeof code === 'string' && code.startsWith('22')) {
-        throw new InvalidDataError(`the database refused a value: ${(err as Error).message}`, {
-          cause: err,
-        });
+        // Postgres's message can quote the value (an email, an arg): only the SQLSTATE goes in
+        // ours; the original stays in `cause` for whoever chooses to look.
+        throw new InvalidDataError(
+          `the database refused a value in this request (SQLSTATE ${code})`,
+          {
+            cause: err,
+          },
+        );
       }
       throw err;
     }

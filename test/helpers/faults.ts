@@ -1,3 +1,5 @@
+export { waitUntil } from './wait.js';
+
 import { expect, onTestFinished } from 'vitest';
 import type { Datatables } from '../../src/datatable/datatables.js';
 import { RoleSetProtocol } from '../../src/datatable/role_set_protocol.js';
@@ -130,20 +132,6 @@ export function watchUncaught(): { readonly errors: unknown[] } {
     process.off('unhandledRejection', onError);
   });
   return { errors };
-}
-
-/** Polls `condition` until it holds; fails after `timeoutMs` (never a fixed sleep). */
-export async function waitUntil(
-  what: string,
-  condition: () => boolean | Promise<boolean>,
-  timeoutMs = 10_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (let delay = 5; ; delay = Math.min(delay * 2, 100)) {
-    if (await condition()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, delay));
-  }
 }
 
 /** Resolves to 'timeout' if `promise` has not settled within `ms` (to assert it does). */

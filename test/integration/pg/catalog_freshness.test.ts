@@ -3,6 +3,7 @@ import type { Datatables } from '../../../src/datatable/datatables.js';
 import { createExecutor, type Executor } from '../../../src/index.js';
 import { app, type OrdersDb, ordersDb, ROWS, runFor, WS } from '../../helpers/orders_db.js';
 import { TcpProxy } from '../../helpers/tcp_proxy.js';
+import { waitUntil } from '../../helpers/wait.js';
 
 // SPEC invariant 18: freshness has a stated bound. With the LISTEN connection silently dead
 // (traffic dropped, socket still up), a process notices within heartbeat + timeout, reports its
@@ -50,21 +51,11 @@ afterAll(async () => {
   await fx?.close();
 });
 
-/** Polls `check` until it holds, failing after `ms`. Returns how long it took. */
-async function within(ms: number, check: () => boolean | Promise<boolean>): Promise<number> {
-  const started = performance.now();
-  while (!(await check())) {
-    if (performance.now() - started > ms) throw new Error(`not within ${ms} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return performance.now() - started;
-}
-
 const orders = async (viewer: string) => (await runFor(run, 'orders', app(viewer))).value;
 
 describe('a silently dead listener', () => {
   it('is reported down within the bound, and no run serves the old catalog after it', async () => {
-    await within(5_000, () => watched.listenerUp);
+    await waitUntil('the listener is up', () => watched.listenerUp, 5_000);
     expect(await orders(ALICE)).toEqual(ROWS['emea']);
 
     await proxy.setMode('blackhole');
@@ -79,13 +70,13 @@ describe('a silently dead listener', () => {
       if (JSON.stringify(rows) === JSON.stringify(both)) break;
       expect(performance.now() - changedAt).toBeLessThan(BOUND_MS + 200);
     }
-    await within(BOUND_MS + 500, () => !watched.listenerUp);
+    await waitUntil('the listener is reported down', () => !watched.listenerUp, BOUND_MS + 500);
     for (let i = 0; i < 20; i++) expect(await orders(ALICE)).toEqual(both);
     expect(watched.generation).toBeGreaterThanOrEqual(change.generation);
 
     // The listener comes back on its own once traffic flows again.
     await proxy.setMode('forward');
-    await within(10_000, () => watched.listenerUp);
+    await waitUntil('the listener is back', () => watched.listenerUp);
     const undo = await fx.datatables.admin.removeMembership(WS, ALICE, 'group', 'amer');
     await fx.settle(undo.generation);
     expect(await orders(ALICE)).toEqual(ROWS['emea']);
@@ -96,7 +87,7 @@ describe('forged notifications', () => {
   it('a NOTIFY from any role with an old or fake generation causes no reload', async () => {
     // A process of its own: start() returns after its first load, so no reload is pending.
     const quiet = await fx.open({ migrate: false });
-    await within(10_000, () => quiet.listenerUp);
+    await waitUntil('the listener is up', () => quiet.listenerUp);
     const reloads: number[] = [];
     const onRefresh = (event: { generation: number }) => reloads.push(event.generation);
     quiet.events.on('catalog:refreshed', onRefresh);
@@ -107,7 +98,7 @@ describe('forged notifications', () => {
       }
       // A real change afterwards is seen, and it is the only reload.
       const change = await fx.datatables.admin.addMembership(WS, 'zed@example.com', 'group', 'x');
-      await within(5_000, () => quiet.generation >= change.generation);
+      await waitUntil('the change is loaded', () => quiet.generation >= change.generation, 5_000);
       // Only the real change was loaded (a heartbeat may catch it beside its notification).
       expect(new Set(reloads)).toEqual(new Set([change.generation]));
       expect(quiet.listenerUp).toBe(true);

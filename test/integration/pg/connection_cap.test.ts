@@ -3,6 +3,7 @@ import type { Datatables } from '../../../src/datatable/datatables.js';
 import { createExecutor, type Executor } from '../../../src/index.js';
 import { countdown, type Deferred, deferred } from '../../helpers/deferred.js';
 import { app, type OrdersDb, ordersDb, ROWS, runFor, WS } from '../../helpers/orders_db.js';
+import { waitUntil } from '../../helpers/wait.js';
 
 // One cap across all of a process's login pools (pools.maxConnections): a lease that would open
 // one connection too many first closes an idle pool, then waits for a connection to come back,
@@ -48,15 +49,6 @@ beforeAll(async () => {
   });
 });
 
-/** Polls `check` until it holds, failing after `ms`. */
-async function within(ms: number, check: () => boolean): Promise<void> {
-  const started = performance.now();
-  while (!check()) {
-    if (performance.now() - started > ms) throw new Error(`not within ${ms} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
-
 afterAll(async () => {
   await fx?.close();
 });
@@ -74,7 +66,7 @@ describe('one connection cap per process', () => {
     arrived = countdown(1);
     const third = runFor(executor, 'held', app('dan@example.com'));
     // The third cannot connect while both are lent: it waits for room.
-    await within(5_000, () => capped.connections.waiting === 1);
+    await waitUntil('the third lease waits for room', () => capped.connections.waiting === 1);
     expect(await loginConnections()).toBe(CAP);
     expect(capped.connections).toEqual({ open: CAP, lent: CAP, waiting: 1 });
     const released = performance.now();

@@ -175,6 +175,13 @@ describe('the next job on the same pooled connection is unaffected', () => {
     expect(next!.pid).not.toBe(before!.pid);
     expect(next).toMatchObject({ user: before!.user, inTransaction: false, ids: [1, 2, 3] });
   });
+
+  it('a data error never quotes the value it refused (it may be an email or an arg)', async () => {
+    const err = await script(CAROL, ["select 'carol.secret@example.com'::int"]).catch((e) => e);
+    expect(err).toMatchObject({ code: 'E_INVALID_DATA', status: 400 });
+    expect((err as Error).message).toContain('22P02');
+    expect((err as Error).message).not.toContain('carol.secret');
+  });
 });
 
 describe('more logins at once than pools.max', () => {

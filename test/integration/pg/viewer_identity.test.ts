@@ -12,6 +12,7 @@ import {
   WS,
 } from '../../helpers/orders_db.js';
 import { asAdmin } from '../../helpers/pg.js';
+import { waitUntil } from '../../helpers/wait.js';
 
 // SPEC invariant 13: Postgres can tell viewers apart, not only role sets. Two providers holding
 // the same role share a login, yet a policy on viewer_cache.viewer_email() shows each only their
@@ -185,6 +186,28 @@ describe('the viewer inside Postgres', () => {
       if (performance.now() > deadline) throw new Error('binding still there after release');
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
+  });
+
+  it('the privileged binding connections dying costs nothing: the next run binds on a new one', async () => {
+    await asViewer(ANN);
+    const { rowCount } = await fx.sql.query(
+      `select pg_terminate_backend(pid) from pg_stat_activity
+        where application_name = 'viewer-cache-identity' and datname = $1`,
+      [fx.db.name],
+    );
+    expect(rowCount).toBeGreaterThan(0);
+    // pg-pool drops a dead idle client; a run meanwhile would get E_CONNECT_FAILED, never rows
+    // without its identity (the policy raises). The next runs bind on fresh connections.
+    await waitUntil('a run binds again', async () =>
+      asViewer(ANN).then(
+        (r) => r.patients.join() === 'p1,p2',
+        (err: { code?: string }) => {
+          if (err.code !== 'E_CONNECT_FAILED') throw err;
+          return false;
+        },
+      ),
+    );
+    expect((await asViewer(BEN)).patients).toEqual(['p3']);
   });
 
   it('installing twice changes nothing (idempotent), and attributes not given are refused', async () => {
