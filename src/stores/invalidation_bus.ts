@@ -34,6 +34,11 @@ export class RedisInvalidationBus implements CacheInvalidation {
   readonly #heartbeatMs: number;
   readonly #dropped: (workspace: string) => void;
   #view: EpochView | null = null;
+  /**
+   * Bumps heard while the hash is being loaded: a bump made after the load read the hash must
+   * not be lost, so they are applied on top of what the load returns.
+   */
+  #heard: [id: string, epoch: number, field: string][] | null = null;
   /** Bumped on every connection change, so a load that raced one is discarded. */
   #session = 0;
   #heartbeat: NodeJS.Timeout | null = null;
@@ -134,6 +139,8 @@ export class RedisInvalidationBus implements CacheInvalidation {
     if (this.#closed) return;
     this.#unconfirm();
     const session = this.#session;
+    const heard: [string, number, string][] = [];
+    this.#heard = heard;
     try {
       await this.#bounded(this.#subscriber.subscribe(this.#channel), 'subscribe');
       const [, all] = (await this.#bounded(
@@ -146,7 +153,11 @@ export class RedisInvalidationBus implements CacheInvalidation {
       )) as [[Error | null, unknown], [Error | null, Record<string, string>]];
       if (all[0] !== null) throw all[0];
       if (session !== this.#session || this.#closed) return;
-      this.#view = EpochView.load(all[1]);
+      const view = EpochView.load(all[1]);
+      this.#heard = null;
+      this.#view = view;
+      for (const [id, epoch, field] of heard) this.#apply(id, epoch, field);
+      if (this.#view !== view) return; // one of them was from another incarnation: resyncing
       for (const resolve of this.#confirmedWaiters.splice(0)) resolve();
     } catch {
       // Not confirmed: lookups keep reading Redis. Force a reconnect, which resyncs on 'ready'.
@@ -157,6 +168,7 @@ export class RedisInvalidationBus implements CacheInvalidation {
   #unconfirm(): void {
     this.#session++;
     this.#view = null;
+    this.#heard = null;
   }
 
   /** A bump announced by any process (this one included): `<id>\n<epoch>\n<field>`. */
@@ -169,7 +181,8 @@ export class RedisInvalidationBus implements CacheInvalidation {
 
   #apply(id: string, epoch: number, field: string): void {
     const view = this.#view;
-    if (view !== null) {
+    if (view === null) this.#heard?.push([id, epoch, field]);
+    else {
       if (view.id !== id) {
         // Redis lost its epochs (restart, flush): nothing in memory can be trusted.
         void this.#resync();
