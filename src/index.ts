@@ -85,7 +85,7 @@ export type {
 export { recordViewer, WORKSPACE_PATTERN, WORKSPACE_RE } from './job.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
-export { LocalInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
+export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';
 export type { RawRedisCacheStoreOptions } from './stores/redis_store.js';

@@ -14,6 +14,7 @@ import {
   type Logger,
   MemoryCacheStore,
   RedisCacheStore,
+  TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
 import type { ServerConfig } from './config.js';
@@ -145,11 +146,18 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         logger.debug({ err: err.message }, 'redis connection error'),
       );
       cleanup.push(() => redis.quit());
-      store = new RedisCacheStore({
-        redis,
-        prefix: config.redisPrefix,
-        commandTimeout: config.redisTimeoutMs,
-      });
+      const shared = { redis, prefix: config.redisPrefix, commandTimeout: config.redisTimeoutMs };
+      if (config.memoryTierBytes > 0) {
+        // Recent entries in memory in front of Redis, and `cache invalidate` heard by everyone.
+        const twoTier = new TwoTierCacheStore({
+          ...shared,
+          memory: { maxBytes: config.memoryTierBytes },
+        });
+        cleanup.push(() => twoTier.close());
+        store = twoTier;
+      } else {
+        store = new RedisCacheStore(shared);
+      }
       pingStore = async () => {
         await redis.ping();
       };
@@ -224,7 +232,8 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
   }
 }
 
-function openRedis(config: ServerConfig): Redis | Cluster {
+/** The Redis client (single node or Cluster) `REDIS_URL` names. */
+export function openRedis(config: ServerConfig): Redis | Cluster {
   const url = config.redisUrl!;
   if (!config.redisCluster)
     return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });

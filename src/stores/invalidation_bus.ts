@@ -109,21 +109,14 @@ export class RedisInvalidationBus implements CacheInvalidation {
   }
 
   async invalidate(scope: InvalidationScope): Promise<void> {
-    const { workspace, path } = checkScope(scope);
-    const field = path === undefined ? `w:${workspace}` : `p:${workspace}\0${path}`;
-    const [id, epoch] = (await this.#bounded(
-      this.#client.eval(
-        BUMP_SCRIPT,
-        1,
-        this.#hashKey,
-        newIncarnation(),
-        field,
-        this.#channel,
-      ) as Promise<[string, number]>,
+    const field = fieldOf(scope);
+    const [id, epoch] = await bounded(
+      bump(this.#client, this.#hashKey, this.#channel, field),
       'invalidate',
-    )) as [string, number];
+      this.#timeoutMs,
+    );
     // This process sees its own invalidation now, not when its message comes back.
-    this.#apply(String(id), Number(epoch), field);
+    this.#apply(id, epoch, field);
   }
 
   async close(): Promise<void> {
@@ -230,48 +223,62 @@ export class RedisInvalidationBus implements CacheInvalidation {
   }
 
   #bounded<T>(command: Promise<T>, op: string): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(
-        () =>
-          reject(new StoreUnavailableError(`redis ${op} timed out after ${this.#timeoutMs} ms`)),
-        this.#timeoutMs,
-      );
-      command.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (cause: unknown) => {
-          clearTimeout(timer);
-          reject(new StoreUnavailableError(`redis ${op} failed`, { cause }));
-        },
-      );
-    });
+    return bounded(command, op, this.#timeoutMs);
   }
 }
 
 /**
- * Process-local epochs, for a store only one process reads (the memory store): the same key
- * scheme as {@link RedisInvalidationBus}, without the bus.
+ * Invalidates `scope` for every process using `redis` under `prefix` (what `invalidate` on a
+ * two-tier store does), from a process that keeps no cache itself: the CLI, a deploy hook.
  */
-export class LocalInvalidation implements CacheInvalidation {
-  readonly #view = new EpochView('local');
-  readonly #dropped: (workspace: string) => void;
+export async function publishInvalidation(
+  redis: Redis | Cluster,
+  scope: InvalidationScope,
+  options: { prefix?: string; timeoutMs?: number } = {},
+): Promise<void> {
+  const prefix = options.prefix ?? 'vc:';
+  const field = fieldOf(scope);
+  await bounded(
+    bump(redis, `${prefix}epochs`, `${prefix}invalidations`, field),
+    'invalidate',
+    options.timeoutMs ?? 2000,
+  );
+}
 
-  constructor(dropped: (workspace: string) => void) {
-    this.#dropped = dropped;
-  }
+async function bump(
+  client: Redis | Cluster,
+  hashKey: string,
+  channel: string,
+  field: string,
+): Promise<[id: string, epoch: number]> {
+  const [id, epoch] = (await client.eval(
+    BUMP_SCRIPT,
+    1,
+    hashKey,
+    newIncarnation(),
+    field,
+    channel,
+  )) as [string, number];
+  return [String(id), Number(epoch)];
+}
 
-  tag(workspace: string, path: string): string {
-    return this.#view.tag(workspace, path);
-  }
-
-  async invalidate(scope: InvalidationScope): Promise<void> {
-    const { workspace, path } = checkScope(scope);
-    const field = path === undefined ? `w:${workspace}` : `p:${workspace}\0${path}`;
-    this.#view.raise(field, this.#view.epoch(field) + 1);
-    this.#dropped(workspace);
-  }
+function bounded<T>(command: Promise<T>, op: string, timeoutMs: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new StoreUnavailableError(`redis ${op} timed out after ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    command.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (cause: unknown) => {
+        clearTimeout(timer);
+        reject(new StoreUnavailableError(`redis ${op} failed`, { cause }));
+      },
+    );
+  });
 }
 
 /** Epochs as one process knows them: workspace → its epoch and its paths' epochs. */
@@ -340,6 +347,12 @@ function workspaceOfField(field: string): string | null {
 
 function newIncarnation(): string {
   return randomBytes(8).toString('hex');
+}
+
+/** The hash field of a scope's epoch; throws a TypeError on a malformed scope. */
+function fieldOf(scope: InvalidationScope): string {
+  const { workspace, path } = checkScope(scope);
+  return path === undefined ? `w:${workspace}` : `p:${workspace}\0${path}`;
 }
 
 function checkScope(scope: InvalidationScope): { workspace: string; path?: string } {
