@@ -137,11 +137,20 @@ describe('TwoTierCacheStore memory tier', () => {
   it('holds no more memory than maxBytes says, measured, when filled from Redis replies', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
-    const heap = () => {
-      gc();
-      gc();
-      const { heapUsed, arrayBuffers } = process.memoryUsage();
-      return heapUsed + arrayBuffers;
+    // Freed ArrayBuffers are released by a background sweeper, which lags on a loaded machine:
+    // read until the figure stops falling (polling a condition, like waitUntil).
+    const heap = async () => {
+      let last = Number.POSITIVE_INFINITY;
+      for (let round = 0; round < 50; round++) {
+        gc();
+        gc();
+        const { heapUsed, arrayBuffers } = process.memoryUsage();
+        const now = heapUsed + arrayBuffers;
+        if (now > last - (64 << 10)) return Math.min(now, last);
+        last = now;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return last;
     };
     const maxBytes = 24 << 20; // large enough that the heap's own noise (a few MB) does not count
     const store = await open({ memory: { maxBytes } });
@@ -160,9 +169,9 @@ describe('TwoTierCacheStore memory tier', () => {
     expect(store.memory.bytes).toBeGreaterThan(maxBytes * 0.95);
     expect(store.memory.bytes).toBeLessThanOrEqual(maxBytes);
     // What the memory tier holds: the heap with it full, less the heap once it is emptied.
-    const full = heap();
+    const full = await heap();
     await store.memory.close();
-    const held = full - heap();
+    const held = full - (await heap());
     expect(held).toBeLessThanOrEqual(maxBytes);
     expect(held).toBeGreaterThan(maxBytes * 0.5);
   });
