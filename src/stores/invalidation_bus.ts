@@ -13,7 +13,8 @@ import type { CacheInvalidation, InvalidationScope } from './store.js';
  * seen. A bump and its announcement on the channel are one Lua script: no process can read the
  * new epoch without the message having been published.
  *
- * Every run's key carries the epochs current when it *starts* (see {@link epochTag}), so:
+ * Every run's key carries the epochs current when it *starts* (`withEpochs` in
+ * `cache/cache_epochs.ts`), so:
  * - after an invalidation, lookups compute new keys: nothing written before it is reachable;
  * - a run that started before it and finishes after writes under the old key, which nobody
  *   looks up any more (and the result cache does not even write it: its key input moved). That
