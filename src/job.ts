@@ -111,9 +111,10 @@ export function recordRoleScope(
   const own = canonicalRoleScope(credential);
   const inherited =
     origin?.kind === 'job-token' ? canonicalRoleScope(origin.parent?.perms?.roleScope) : undefined;
-  if (own === undefined) return inherited;
-  if (inherited === undefined) return own;
-  return Object.freeze(own.filter((id) => inherited.includes(id)));
+  if (own === undefined && inherited === undefined) return undefined;
+  // Always a frozen copy: a caller that later changes the array it passed cannot change a job.
+  const ids = own === undefined ? inherited! : own.filter((id) => inherited?.includes(id) ?? true);
+  return Object.freeze([...ids]);
 }
 
 /**

@@ -40,6 +40,14 @@ describe('recordRoleScope', () => {
     expect(recordRoleScope(run, [])).toEqual([]);
   });
 
+  it('is a frozen copy: changing the array passed in changes no job', () => {
+    const passed = [1, 2];
+    const recorded = recordRoleScope(run, passed)!;
+    passed.push(3);
+    expect(recorded).toEqual([1, 2]);
+    expect(Object.isFrozen(recorded)).toBe(true);
+  });
+
   it("a child is never wider than its parent: the parent's scope ∩ its own", () => {
     expect(recordRoleScope(parent([1, 2]))).toEqual([1, 2]);
     expect(recordRoleScope(parent([1, 2]), [2, 3])).toEqual([2]);
