@@ -11,6 +11,11 @@ import type { ScenarioSet, SizeFixture } from './fixtures.js';
 export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
   const { jobs } = fx;
   const n = jobs.length;
+  // The same jobs made with a scoped API key (issue 9 §4): the scope is an eighth key element.
+  const scoped = jobs.map((job) => ({
+    ...job,
+    perms: { ...job.perms, roleScope: [16384, 16390] },
+  }));
   let sink = 0;
   return {
     scenarios: [
@@ -30,6 +35,14 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
         async: false,
         op: (i: number) => {
           sink ^= cachedResultPath(jobs[i % n]!).length;
+        },
+      },
+      {
+        id: 'key_derivation_scoped',
+        label: '`cachedResultPath`, ten-field args, a two-role scope',
+        async: false,
+        op: (i: number) => {
+          sink ^= cachedResultPath(scoped[i % n]!).length;
         },
       },
     ],

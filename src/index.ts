@@ -81,7 +81,7 @@ export type {
   RunOptions,
   RunOrigin,
 } from './job.js';
-export { recordViewer, WORKSPACE_PATTERN, WORKSPACE_RE } from './job.js';
+export { recordRoleScope, recordViewer, WORKSPACE_PATTERN, WORKSPACE_RE } from './job.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';

@@ -23,6 +23,16 @@ export interface JobPerms {
    * {@link recordViewer}. `null` when nobody is signed in (public app, schedule, trigger, …).
    */
   readonly endUserEmail: string | null;
+  /**
+   * The role scope of the credential that started the run (a scoped API key), as catalog ids:
+   * every data-table connection of the job — as the viewer, by role name, or the default role —
+   * holds only roles in this list, so the run gets at most its principals' roles ∩ the scope.
+   * Ids rather than names so that a rename keeps a key working and a role dropped and made
+   * again under the same name is not picked up. Part of the cache key. Record it with
+   * {@link recordRoleScope}, which a child job also goes through: a child is never wider.
+   * `undefined`: unscoped. `[]` is not "unscoped": it grants no role at all (fail closed).
+   */
+  readonly roleScope?: readonly number[] | undefined;
 }
 
 /** One run of a runnable. */
@@ -85,6 +95,45 @@ export function recordViewer(origin: RunOrigin): string | null {
         `unknown run origin kind ${JSON.stringify((origin as { kind?: unknown }).kind)}`,
       );
   }
+}
+
+/**
+ * The role scope of a run (see {@link JobPerms.roleScope}): the scope of the credential that
+ * started it, intersected with the parent's scope for a job-token origin, so a child job is
+ * never wider than its parent. Sorted, without duplicates, frozen; `undefined` when neither is
+ * scoped.
+ * @throws {InvalidJobError} when a scope is not an array of catalog ids.
+ */
+export function recordRoleScope(
+  origin: RunOrigin,
+  credential?: readonly number[],
+): readonly number[] | undefined {
+  const own = canonicalRoleScope(credential);
+  const inherited =
+    origin?.kind === 'job-token' ? canonicalRoleScope(origin.parent?.perms?.roleScope) : undefined;
+  if (own === undefined && inherited === undefined) return undefined;
+  // Always a frozen copy: a caller that later changes the array it passed cannot change a job.
+  const ids = own === undefined ? inherited! : own.filter((id) => inherited?.includes(id) ?? true);
+  return Object.freeze([...ids]);
+}
+
+/**
+ * A role scope in its one canonical form (sorted ids, no duplicates), or `undefined` for none.
+ * The cache key and the authorization memo both read it through here.
+ * @throws {InvalidJobError} when it is not an array of catalog ids (positive 32-bit integers).
+ */
+export function canonicalRoleScope(scope: unknown): readonly number[] | undefined {
+  if (scope === undefined) return undefined;
+  if (
+    !Array.isArray(scope) ||
+    !scope.every((id) => Number.isInteger(id) && id > 0 && id <= 0xffffffff)
+  ) {
+    throw new InvalidJobError('job.perms.roleScope must be an array of role catalog ids');
+  }
+  const ids = scope as readonly number[];
+  // Already canonical (strictly increasing, as recordRoleScope leaves it): no copy on the hit path.
+  if (ids.every((id, i) => i === 0 || id > ids[i - 1]!)) return ids;
+  return Object.freeze([...new Set(ids)].sort((a, b) => a - b));
 }
 
 /** A signed-in identity must be a non-empty string: an empty email is not "no viewer". */

@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
-import { type Job, WORKSPACE_RE } from '../job.js';
+import { canonicalRoleScope, type Job, WORKSPACE_RE } from '../job.js';
 import { canonicalArgs, jsonString } from './canonical_json.js';
 
 /** Bumped whenever the encoding below changes, so old and new keys never meet. */
@@ -14,9 +14,13 @@ const KEY_FORMAT = 1;
  * different inputs (however their characters are arranged) produce the same text. The viewer is
  * `perms.endUserEmail`; `null` (no viewer) encodes as JSON `null`, distinct from `""`, `"null"`
  * and every email. `fingerprint` is an opaque authorization fingerprint; `undefined` ≡ `null`.
+ * A job with a role scope (`perms.roleScope`, a scoped API key) appends it as an eighth element,
+ * its sorted ids: the array's length tells scoped from unscoped, and `[]` from any other scope,
+ * so the encoding stays injective while every unscoped key stays byte-identical to before (no
+ * format bump, no mass miss on upgrade).
  *
  * @throws {ArgsNotJsonError} when args hold a value JSON cannot carry faithfully.
- * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
+ * @throws {InvalidJobError} when the workspace, runnable, viewer or role scope is malformed.
  */
 export function cachedResultPath(job: Job, fingerprint?: string | null): string {
   return keyName(job.workspace, keyDigest(canonicalKeyInput(job, fingerprint)));
@@ -64,11 +68,13 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
   if (fingerprint !== undefined && fingerprint !== null && typeof fingerprint !== 'string') {
     throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
+  const scope = canonicalRoleScope(perms.roleScope);
   // jsonString is JSON.stringify with a fast path for text that needs no escaping (a property
   // test holds the two equal); the workspace, matched above, never needs any.
   return (
     `[${KEY_FORMAT},"${workspace}",${jsonString(runnable.path)},${jsonString(runnable.hash)},` +
     `${viewer === null ? 'null' : jsonString(viewer)},` +
-    `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}]`
+    `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}` +
+    `${scope === undefined ? '' : `,[${scope.join(',')}]`}]`
   );
 }

@@ -21,6 +21,11 @@ export interface JobParties {
   readonly runner: { readonly email: string; readonly principals: Principals };
   /** `perms.endUserEmail`: decides `?as=viewer`; `null` when the run has no viewer. */
   readonly viewer: { readonly email: string; readonly principals: Principals } | null;
+  /**
+   * `perms.roleScope` (canonical, see `canonicalRoleScope`): every grant — viewer, role by
+   * name, default — holds only roles whose catalog id is listed. Absent: unscoped.
+   */
+  readonly roleScope?: readonly number[] | undefined;
 }
 
 /** What one reference grants: where to connect, and the roles the connection holds. */
@@ -90,7 +95,13 @@ export class JobAuthorization {
         // The viewer is perms.endUserEmail and nothing else; never perms.email (invariant 2).
         if (viewer === null) return { refused: NoViewerError, context };
         const roles = this.#rolesOfViewer(viewer).get(datatable.name) ?? [];
-        if (roles.length === 0) return { refused: NoRolesError, context };
+        if (roles.length === 0) {
+          // An empty intersection is a refusal, never a fallback to the unscoped roles.
+          const message = this.#parties.roleScope
+            ? 'the viewer holds no enabled role of this data table within the role scope of this run'
+            : undefined;
+          return { refused: NoRolesError, ...(message ? { message } : {}), context };
+        }
         const governing = state
           .governing(workspace, datatable.name)
           .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
@@ -116,6 +127,7 @@ export class JobAuthorization {
             context: { ...context, role: name },
           };
         }
+        if (!this.#inScope(role)) return outOfScope(context, role);
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
       case 'default': {
@@ -128,6 +140,7 @@ export class JobAuthorization {
             context: { ...context, ...(role === undefined ? {} : { role: role.name }) },
           };
         }
+        if (!this.#inScope(role)) return outOfScope(context, role);
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
     }
@@ -143,6 +156,7 @@ export class JobAuthorization {
         viewer.principals,
       );
       for (const role of roles) {
+        if (!this.#inScope(role)) continue;
         const list = byDatatable.get(role.datatable);
         if (list === undefined) byDatatable.set(role.datatable, [role]);
         else list.push(role);
@@ -150,6 +164,12 @@ export class JobAuthorization {
       this.#viewerRoles = byDatatable;
     }
     return this.#viewerRoles;
+  }
+
+  /** Whether the run's role scope (if any) lists `role`. */
+  #inScope(role: CatalogRole): boolean {
+    const scope = this.#parties.roleScope;
+    return scope === undefined || scope.includes(role.oid);
   }
 
   /** Stamps of any change to the data table's governing tables (connections with no viewer). */
@@ -189,9 +209,11 @@ export class JobAuthorization {
         `${JSON.stringify(name)}:v=${this.#outcome({ name, access: { kind: 'viewer' } })}`,
       );
     }
-    // What the runner may use by name or by default depends on the runner alone: computed (and
-    // hashed) once per catalog state and runner, not once per viewer.
-    const runnerKey = `${workspace}\0${runner.email}`;
+    // What the runner may use by name or by default depends on the runner and the role scope
+    // alone: computed (and hashed) once per catalog state, runner and scope, not once per viewer.
+    // The scope is in the memo key: two scopes of one runner sharing a part would be a leak.
+    const scope = this.#parties.roleScope;
+    const runnerKey = `${scope === undefined ? '' : `=${scope.join(',')}`}\0${workspace}\0${runner.email}`;
     let runnerPart = this.#runnerParts?.get(runnerKey);
     if (runnerPart === undefined) {
       const parts: string[] = [];
@@ -219,6 +241,15 @@ export class JobAuthorization {
     const { datatable, roles, governing } = decision;
     return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
   }
+}
+
+/** `?role=` or the default role outside the run's role scope (a scoped API key). */
+function outOfScope(context: { datatable: string }, role: CatalogRole): Refusal {
+  return {
+    refused: RoleNotPermittedError,
+    message: 'that role is outside the role scope of this run (a scoped API key)',
+    context: { ...context, role: role.name },
+  };
 }
 
 /** A refusal as a value: the error class to throw, and what to throw it with. */

@@ -1,4 +1,4 @@
-import type { Job } from '../job.js';
+import { canonicalRoleScope, type Job } from '../job.js';
 import { JobAuthorization } from './authorization.js';
 import type { CatalogSnapshot } from './catalog_snapshot.js';
 import type { CatalogState } from './catalog_state.js';
@@ -13,7 +13,7 @@ const MAX_MEMO = 100_000;
  * always decided by the same rules on the same kind of state.
  *
  * With the built-in directory the answer comes from the in-memory catalog and is memoised per
- * state and (workspace, runner, viewer): a cache hit costs a Map lookup. A plugged-in directory
+ * state and (role scope, workspace, runner, viewer): a cache hit costs a Map lookup. A plugged-in directory
  * is asked on every call (its answers may change at any time).
  */
 export class JobAuthorizations {
@@ -40,8 +40,13 @@ export class JobAuthorizations {
     }
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
-    // '' for no viewer, '=' + email otherwise: the two can never meet.
-    const memoKey = `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
+    const scope = canonicalRoleScope(perms.roleScope);
+    // '' for no viewer, '=' + email otherwise: the two can never meet. The role scope leads
+    // ('' unscoped, '=' + ids; no NUL in either): jobs of one runner and viewer under two scopes
+    // must never share an authorization.
+    const memoKey =
+      `${scope === undefined ? '' : `=${scope.join(',')}`}\0` +
+      `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
     let authorization = this.#memo.get(memoKey);
     if (authorization === undefined) {
       authorization = builtIn(state, job, this.#runnerParts);
@@ -74,6 +79,7 @@ export class JobAuthorizations {
       runner: { email: perms.email, principals: runnerPrincipals },
       viewer:
         viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
+      roleScope: canonicalRoleScope(perms.roleScope),
     });
   }
 }
@@ -92,6 +98,7 @@ function builtIn(
       runner: { email: perms.email, principals: state.principals(workspace, perms.email) },
       viewer:
         viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
+      roleScope: canonicalRoleScope(perms.roleScope),
     },
     runnerParts,
   );

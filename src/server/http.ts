@@ -151,11 +151,16 @@ export function buildHttpApp(deps: HttpDeps) {
     sendResult(reply, job.id, result);
   };
 
+  /**
+   * `credential` is the token the request was made with: a scoped token's runs hold at most
+   * its user's roles ∩ its scope, whatever the route (app, direct run, preview, webhook).
+   */
   const createJob = (
     workspace: string,
     body: RunBody,
     runAs: string,
     origin: RunOrigin,
+    credential: TokenIdentity | null,
     cacheTtlS?: number,
   ) =>
     executor.createJob({
@@ -164,6 +169,7 @@ export function buildHttpApp(deps: HttpDeps) {
       args: body.args ?? {},
       runAs,
       origin,
+      ...(credential?.roleScope === undefined ? {} : { roleScope: credential.roleScope }),
       ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
     });
 
@@ -193,7 +199,13 @@ export function buildHttpApp(deps: HttpDeps) {
       const session = { email: identity.email };
       await run(
         reply,
-        createJob(workspace, request.body, definition.publisher, { kind: 'app', session }),
+        createJob(
+          workspace,
+          request.body,
+          definition.publisher,
+          { kind: 'app', session },
+          identity,
+        ),
       );
     },
   );
@@ -207,7 +219,13 @@ export function buildHttpApp(deps: HttpDeps) {
       const definition = appRunnable(appName, request.body.path, true);
       await run(
         reply,
-        createJob(workspace, request.body, definition.publisher, { kind: 'app', session: null }),
+        createJob(
+          workspace,
+          request.body,
+          definition.publisher,
+          { kind: 'app', session: null },
+          null,
+        ),
       );
     },
   );
@@ -218,8 +236,12 @@ export function buildHttpApp(deps: HttpDeps) {
     { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
-      const caller = { email: (await authenticate(request, workspace)).email };
-      await run(reply, createJob(workspace, request.body, caller.email, { kind: 'run', caller }));
+      const identity = await authenticate(request, workspace);
+      const caller = { email: identity.email };
+      await run(
+        reply,
+        createJob(workspace, request.body, caller.email, { kind: 'run', caller }, identity),
+      );
     },
   );
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
@@ -227,16 +249,18 @@ export function buildHttpApp(deps: HttpDeps) {
     { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
-      const caller = { email: (await authenticate(request, workspace)).email };
+      const identity = await authenticate(request, workspace);
+      const caller = { email: identity.email };
       // Previews are never cached: they stand for a draft.
       await run(
         reply,
-        createJob(workspace, request.body, caller.email, { kind: 'preview', caller }, 0),
+        createJob(workspace, request.body, caller.email, { kind: 'preview', caller }, identity, 0),
       );
     },
   );
 
-  // A child run with a job token: runs as the parent's runner, for the parent's viewer.
+  // A child run with a job token: runs as the parent's runner, for the parent's viewer, within the
+  // parent's role scope (the executor narrows a job-token origin by its parent's perms).
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run_child',
     { schema: runSchema },
@@ -249,7 +273,7 @@ export function buildHttpApp(deps: HttpDeps) {
       if (grant.workspace !== workspace)
         throw new HttpError(403, 'E_FORBIDDEN', 'that job belongs to another workspace');
       const origin: RunOrigin = { kind: 'job-token', parent: { perms: grant.perms } };
-      await run(reply, createJob(workspace, request.body, grant.perms.email, origin));
+      await run(reply, createJob(workspace, request.body, grant.perms.email, origin, null));
     },
   );
 
@@ -263,7 +287,7 @@ export function buildHttpApp(deps: HttpDeps) {
       const path = Object.hasOwn(hooks, hook) ? hooks[hook] : undefined;
       if (path === undefined) throw new HttpError(404, 'E_UNKNOWN_HOOK', 'no such webhook');
       const body = { path, args: request.body };
-      await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }));
+      await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }, identity));
     },
   );
 

@@ -45,6 +45,16 @@ const MIGRATIONS: readonly Migration[] = [
       `insert into ${SERVER_SCHEMA}.token_generation (id, value) values (true, 1)`,
     ],
   },
+  {
+    version: 2,
+    name: 'scoped api tokens',
+    statements: [
+      // The catalog ids (role OIDs) a token is scoped to; NULL = unscoped. Never empty: an
+      // empty scope would grant nothing, and `token create` refuses it before it gets here.
+      `alter table ${SERVER_SCHEMA}.api_token add column role_scope bigint[]
+         check (role_scope is null or cardinality(role_scope) > 0)`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -160,11 +160,16 @@ function stateOf(config: Config): CatalogState {
   return new CatalogState(7, datatables, roles, memberships, 'catalog');
 }
 
-function authorizationOf(state: CatalogState, viewer: string | null): JobAuthorization {
+function authorizationOf(
+  state: CatalogState,
+  viewer: string | null,
+  roleScope?: readonly number[],
+): JobAuthorization {
   const parties: JobParties = {
     workspace: WS,
     runner: { email: RUNNER, principals: state.principals(WS, RUNNER) },
     viewer: viewer === null ? null : { email: viewer, principals: state.principals(WS, viewer) },
+    ...(roleScope === undefined ? {} : { roleScope }),
   };
   return new JobAuthorization(state, parties);
 }
@@ -214,6 +219,27 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     expect(equal).toBeGreaterThan(300);
     expect(different).toBeGreaterThan(300);
   });
+
+  it('the same equivalence holds under a role scope (a scoped API key)', () => {
+    let different = 0;
+    fc.assert(
+      fc.property(
+        configArb,
+        changeArb,
+        fc.constantFrom<string | null>(VIEWER, null, RUNNER),
+        fc.subarray([101, 102, 103, 104]),
+        (config, c, viewer, scope) => {
+          const before = authorizationOf(stateOf(config), viewer, scope);
+          const after = authorizationOf(stateOf(change(config, c)), viewer, scope);
+          const sameGrants = outcomes(before).join('|') === outcomes(after).join('|');
+          if (!sameGrants) different++;
+          expect(before.fingerprint === after.fingerprint).toBe(sameGrants);
+        },
+      ),
+      { numRuns: 1000 },
+    );
+    expect(different).toBeGreaterThan(50);
+  }, 30_000);
 
   it('never grants admin, and a run with no viewer is refused as the viewer', () => {
     const state = stateOf({

@@ -438,6 +438,8 @@ describe('tokens: checked input, listed, revoked everywhere within a second', ()
         email: BOB,
         label: 'to-revoke',
         createdAt: expect.any(String),
+        roleScope: null,
+        roles: null,
       },
     ]);
     // The other workspace's token is not listed here.
