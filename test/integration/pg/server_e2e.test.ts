@@ -271,6 +271,14 @@ describe('runs with no viewer are refused a viewer connection', () => {
           lastRunAt: expect.any(String),
           lastOutcome: 'E_NO_VIEWER',
         },
+        // The clinics app's schedule (server_acceptance_table.test.ts): identity reads refused.
+        {
+          name: 'clinics-digest',
+          path: 'f/clinics/digest',
+          runs: 1,
+          lastRunAt: expect.any(String),
+          lastOutcome: 'E_NO_VIEWER',
+        },
       ],
     });
   });
