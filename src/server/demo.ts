@@ -9,6 +9,7 @@ import {
 } from '../index.js';
 import { CLINIC_USERS, clinicsWorld, seedClinics } from './demo_clinics.js';
 import type { AppDefinition } from './http.js';
+import type { ScheduleDefinition } from './scheduler.js';
 import type { ApiTokens } from './tokens.js';
 import { demoToken } from './tokens.js';
 
@@ -26,7 +27,7 @@ export interface DemoWorld {
   readonly apps: Record<string, AppDefinition>;
   /** Webhook name → runnable path. */
   readonly hooks: Record<string, string>;
-  readonly schedules: readonly { name: string; path: string; owner: string }[];
+  readonly schedules: readonly ScheduleDefinition[];
 }
 
 interface OrderRow {

@@ -79,7 +79,16 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
   return {
     runnables,
     apps,
-    schedules: [{ name: 'clinics-digest', path: 'f/clinics/digest', owner: publisher }],
+    schedules: [
+      { name: 'clinics-digest', path: 'f/clinics/digest', owner: publisher },
+      // Each provider's own patients, delivered to their outbox.
+      {
+        name: 'clinics-per-provider',
+        path: 'f/clinics/patients',
+        owner: publisher,
+        recipients: { group: 'providers' },
+      },
+    ],
   };
 }
 

@@ -203,7 +203,14 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       logger,
     });
 
-    const scheduler = new Scheduler(DEMO_WORKSPACE, world.schedules, executor, cache, logger);
+    const scheduler = new Scheduler(
+      DEMO_WORKSPACE,
+      world.schedules,
+      executor,
+      cache,
+      logger,
+      perRecipient,
+    );
     cleanup.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables);
     const app = buildHttpApp({

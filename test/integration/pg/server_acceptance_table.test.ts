@@ -191,8 +191,12 @@ describe('what each viewer sees, each row also on a cache hit', () => {
       lastRunAt: expect.any(String),
       lastOutcome: 'E_NO_VIEWER',
     });
-    // Nothing delivered to anyone, the creator included.
-    for (const email of [PUBLISHER, NORA, ADA]) expect(await outboxOf(email)).toEqual([]);
+    // Nothing delivered to anyone by it, the creator included.
+    for (const email of [PUBLISHER, NORA, ADA]) {
+      const items = await outboxOf(email);
+      expect(items.filter((item) => item.runnable === 'f/clinics/digest')).toEqual([]);
+      if (email !== NORA) expect(items).toEqual([]);
+    }
     // Identity is bound to viewer connections only: even a run that has a viewer cannot read it
     // on the data table's default role.
     await refusedTwice(
@@ -204,6 +208,40 @@ describe('what each viewer sees, each row also on a cache hit', () => {
       403,
       'E_NO_VIEWER',
     );
+  });
+
+  it('a schedule that runs for each recipient: each provider their own rows, in their outbox', async () => {
+    const answer = await request('GET', `/api/w/${WS}/schedules`, { token: token(ADA) });
+    const perProvider = (
+      answer.json as { schedules: { name: string; lastBatch?: { batch: string } }[] }
+    ).schedules.find((s) => s.name === 'clinics-per-provider');
+    // What every token holder sees of it: counts, never a row or a recipient.
+    expect(perProvider).toEqual({
+      name: 'clinics-per-provider',
+      path: 'f/clinics/patients',
+      runs: 1,
+      lastRunAt: expect.any(String),
+      lastOutcome: 'ok',
+      lastBatch: {
+        batch: expect.any(String),
+        recipients: 4,
+        delivered: 4,
+        fromCache: 0,
+        refused: {},
+      },
+    });
+    const batch = perProvider!.lastBatch!.batch;
+    for (const [email, rows] of [
+      [NORA, NORAS],
+      [NICK, NICKS],
+      [SAM, SAMS],
+      [RITA, []],
+    ] as const) {
+      expect(inBatch(await outboxOf(email), batch), email).toEqual([
+        expect.objectContaining({ runnable: 'f/clinics/patients', result: rows }),
+      ]);
+    }
+    expect(inBatch(await outboxOf(ADA), batch)).toEqual([]);
   });
 
   it('a job run for each recipient: each recipient their own rows, delivered to them only', async () => {
