@@ -315,6 +315,14 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     expect(inBatch(await outboxOf(NOBODY), countsBatch)).toEqual([
       expect.objectContaining({ error: { code: 'E_NO_ROLES' } }),
     ]);
+
+    // A recipient named twice is run and delivered to once.
+    const twice = await perRecipient({ path: 'f/clinics/counts', recipients: [SAM, ADA, SAM] });
+    expect(twice.json).toMatchObject({ recipients: 2, delivered: 2, outcomes: ['ok', 'ok', 'ok'] });
+    const twiceBatch = (twice.json as { batch: string }).batch;
+    expect(inBatch(await outboxOf(SAM), twiceBatch)).toEqual([
+      expect.objectContaining({ result: [{ clinic: 's1', patients: 2 }] }),
+    ]);
   });
 
   it("nobody reads another's outbox", async () => {
