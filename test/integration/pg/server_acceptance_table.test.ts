@@ -393,3 +393,17 @@ describe('revoking access (the guide\'s "Revoking access"), on the next run', ()
     expect((await appRun(NORA, 'f/clinics/patients')).result).toEqual(NORAS);
   });
 });
+
+describe('logs', () => {
+  it('the server logged the batches by counts: never a recipient, a token or a row', async () => {
+    e2e.server.signal('SIGINT');
+    expect((await e2e.server.closed).code, e2e.server.stderr).toBe(0);
+    const batches = e2e.server.lines.filter((line) => line.includes('per-recipient batch done'));
+    // The schedule's, and the five started by the tests above.
+    expect(batches).toHaveLength(6);
+    for (const line of e2e.server.lines) {
+      expectNoSecretsIn(secrets, line, 'a log line');
+      expect(line).not.toContain('P. ');
+    }
+  });
+});
