@@ -62,7 +62,12 @@ export type RunOrigin =
   /** Webhook, HTTP route, queue or other trigger. */
   | { readonly kind: 'trigger' }
   /** A tool job started by an AI-agent step. */
-  | { readonly kind: 'agent-tool' };
+  | { readonly kind: 'agent-tool' }
+  /**
+   * One run of a job that runs once per recipient (a list of emails or a group's members): the
+   * recipient is the viewer, and the result is delivered to them only.
+   */
+  | { readonly kind: 'recipient'; readonly recipient: { readonly email: string } };
 
 /**
  * The viewer of a run, from its origin alone (SPEC invariant 1). Args, headers and anything else a
@@ -80,6 +85,8 @@ export function recordViewer(origin: RunOrigin): string | null {
     case 'run':
     case 'preview':
       return requireEmail(origin.caller?.email);
+    case 'recipient':
+      return requireEmail(origin.recipient?.email);
     case 'job-token': {
       // A child inherits its parent's *viewer*, never the parent's runner identity.
       const parentViewer = origin.parent?.perms?.endUserEmail;

@@ -15,6 +15,7 @@ import {
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { withClient, withPooledClient } from './pg_clients.js';
 import type { RoleSetProtocol } from './role_set_protocol.js';
+import { LIST_MEMBERS } from './sql/catalog_reads.js';
 import * as sql from './sql/catalog_writes.js';
 import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from './sql/logins.js';
 
@@ -276,6 +277,24 @@ export class CatalogAdmin {
     name: string,
   ): Promise<CatalogChange> {
     return this.#membership(sql.REMOVE_MEMBERSHIP, workspace, email, kind, name);
+  }
+
+  /**
+   * The emails in group/folder `name` (built-in directory), e.g. the recipients of a job that
+   * runs once per member. Read from the catalog now, not from this process's snapshot.
+   */
+  async listMembers(
+    workspace: string,
+    kind: Exclude<MembershipKind, 'admin'>,
+    name: string,
+  ): Promise<string[]> {
+    checkMembership(workspace, 'member', kind, name);
+    const { rows } = await this.#pool.query<{ email: string }>(LIST_MEMBERS, [
+      workspace,
+      kind,
+      name,
+    ]);
+    return rows.map((row) => row.email);
   }
 
   #membership(

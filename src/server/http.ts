@@ -14,6 +14,7 @@ import {
 } from '../index.js';
 import { limitConnections } from './connection_limits.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
 import {
   ajvOptions,
@@ -53,6 +54,8 @@ export interface HttpDeps {
     observeRequest(route: string, status: number): void;
     observeJob(outcome: string): void;
   };
+  /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
+  recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
   /** Checks the cache store (Redis) answers; absent for the in-process store. */
   pingStore?: () => Promise<void>;
   /** Largest request body accepted. @default 65536 */
@@ -290,6 +293,14 @@ export function buildHttpApp(deps: HttpDeps) {
       await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }, identity));
     },
   );
+
+  if (deps.recipients !== undefined) {
+    registerRecipientRoutes(app, {
+      ...deps.recipients,
+      authenticate,
+      appRunnable: (appName, path) => appRunnable(appName, path, false),
+    });
+  }
 
   app.get<{ Params: WorkspaceParams }>(
     '/api/w/:workspace/schedules',

@@ -22,6 +22,8 @@ import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_p
 import { buildHttpApp } from './http.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
+import { Outbox } from './outbox.js';
+import { PerRecipientRuns } from './per_recipient_runs.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
 import { ApiTokens, JobTokens } from './tokens.js';
@@ -164,7 +166,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
       return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
     };
-    const world = demoWorld(childRunUrl);
+    const world = demoWorld(childRunUrl, process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '');
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
@@ -192,7 +194,23 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       demoTokens = seeded.tokens;
     }
 
-    const scheduler = new Scheduler(DEMO_WORKSPACE, world.schedules, executor, cache, logger);
+    const outbox = new Outbox(pool);
+    const perRecipient = new PerRecipientRuns({
+      executor,
+      cache,
+      outbox,
+      members: (workspace, group) => datatables.admin.listMembers(workspace, 'group', group),
+      logger,
+    });
+
+    const scheduler = new Scheduler(
+      DEMO_WORKSPACE,
+      world.schedules,
+      executor,
+      cache,
+      logger,
+      perRecipient,
+    );
     cleanup.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables);
     const app = buildHttpApp({
@@ -203,6 +221,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       apps: world.apps,
       hooks: world.hooks,
       schedules: () => scheduler.status(),
+      recipients: { perRecipient, outbox },
       apiTokens,
       jobTokens,
       metrics,

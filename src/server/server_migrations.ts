@@ -55,6 +55,27 @@ const MIGRATIONS: readonly Migration[] = [
          check (role_scope is null or cardinality(role_scope) > 0)`,
     ],
   },
+  {
+    version: 3,
+    name: 'outbox',
+    statements: [
+      // What a per-recipient job delivered to each recipient: their result, or the code of their
+      // refusal. Read back only by the recipient (GET /api/w/:workspace/outbox).
+      `create table ${SERVER_SCHEMA}.outbox (
+        id bigint generated always as identity primary key,
+        workspace text not null,
+        recipient text not null,
+        batch uuid not null,
+        runnable text not null,
+        created_at timestamptz not null default now(),
+        result jsonb,
+        error_code text,
+        from_cache boolean not null default false,
+        check ((result is null) <> (error_code is null))
+      )`,
+      `create index outbox_recipient on ${SERVER_SCHEMA}.outbox (workspace, recipient, id desc)`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

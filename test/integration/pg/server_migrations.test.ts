@@ -69,7 +69,7 @@ it('three servers migrate their schema at once: each version applied once, then 
 
 it("an older catalog's tokens keep working after the server's migration", async () => {
   const pool = poolFor(legacy);
-  expect(await migrateServer(pool)).toEqual([1, 2]);
+  expect(await migrateServer(pool)).toEqual([1, 2, 3]);
   const tokens = new ApiTokens(pool);
   expect(await tokens.verify(TOKEN)).toEqual({ workspace: 'demo', email: 'alice@example.com' });
   expect(await tokens.list('demo')).toEqual([
