@@ -48,7 +48,7 @@ export function registerRecipientRoutes(
     { schema: { params: appParams, body: perRecipientBody } },
     async (request) => {
       const { workspace, app: appName } = request.params;
-      await deps.authenticate(request, workspace);
+      const identity = await deps.authenticate(request, workspace);
       const { path, args, recipients, group } = request.body;
       const definition = deps.appRunnable(appName, path);
       return deps.perRecipient.run({
@@ -57,6 +57,8 @@ export function registerRecipientRoutes(
         ...(args === undefined ? {} : { args }),
         runAs: definition.publisher,
         recipients: recipients !== undefined ? { emails: recipients } : { group: group! },
+        // A scoped key narrows the batch's runs like it narrows an app run: never wider.
+        ...(identity.roleScope === undefined ? {} : { roleScope: identity.roleScope }),
       });
     },
   );

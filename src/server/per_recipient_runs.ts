@@ -12,6 +12,8 @@ export interface PerRecipientRequest {
   /** Who every run runs *as* (the app's publisher, the schedule's owner). */
   readonly runAs: string;
   readonly recipients: Recipients;
+  /** A scoped key's catalog ids: every run of the batch holds at most these (as an app run). */
+  readonly roleScope?: readonly number[];
 }
 
 /**
@@ -109,6 +111,7 @@ export class PerRecipientRuns {
         args: request.args ?? {},
         runAs: request.runAs,
         origin: { kind: 'recipient', recipient: { email } },
+        ...(request.roleScope === undefined ? {} : { roleScope: request.roleScope }),
       });
       const result = await cache.run(job);
       delivery = { json: result.json(), fromCache: result.fromCache };
