@@ -19,9 +19,7 @@ import { type Answer, asRun, pollUntil, type RunAnswer } from '../../helpers/ser
 // policies read the run's viewer with viewer_cache.viewer_email(). Every row is checked again on
 // a cache hit, and the guide's two revocations on the viewer's next run.
 //
-// Two rows of the table are built on other branches and are added here when they merge:
-//   - "a per-viewer embed link: rows matching its signed attributes; role checks see no roles"
-//   - "an API key scoped to fewer roles than its owner: the key's roles only"
+// The row "a per-viewer embed link" is added here when the embed branch merges.
 
 const WS = 'demo';
 const NORA = 'nora@example.com'; // provider, North
@@ -31,6 +29,7 @@ const ADA = 'ada@example.com'; // North system administrator
 const RITA = 'rita@example.com'; // provider role, no entitlement row
 const NOBODY = 'nobody@example.com'; // in no group: no roles at all
 const PUBLISHER = 'publisher@example.com';
+const OLIVE = 'olive@example.com'; // provider and North system administrator, with scoped keys
 
 const prefix = uniquePrefix();
 const SECRET_KEY = randomBytes(32).toString('hex');
@@ -323,6 +322,57 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     expect(inBatch(await outboxOf(SAM), twiceBatch)).toEqual([
       expect.objectContaining({ result: [{ clinic: 's1', patients: 2 }] }),
     ]);
+  });
+
+  it("an API key scoped to fewer roles than its owner: the key's roles only", async () => {
+    // Olive holds both clinic roles and is entitled to North; she has no patients of her own.
+    for (const group of ['providers', 'system_admins']) {
+      const added = await e2e.cli(['groups', 'add', OLIVE, group]);
+      expect(added.code, added.stderr).toBe(0);
+    }
+    await sql.query(`insert into clinics.entitlements values ($1, 'north')`, [OLIVE]);
+    made[OLIVE] = (
+      await e2e.cliJson<{ token: string }>(['token', 'create', '--user', OLIVE])
+    ).token;
+    const keyOf = async (role: string) =>
+      (
+        await e2e.cliJson<{ token: string }>([
+          'token',
+          'create',
+          '--user',
+          OLIVE,
+          '--roles',
+          `${prefix}${role}`,
+        ])
+      ).token;
+    const adminKey = await keyOf('system_admin');
+    const providerKey = await keyOf('provider');
+    const runWith = async (key: string, path: string) =>
+      asRun(await request('POST', `/api/w/${WS}/apps/clinics/run`, { token: key, body: { path } }));
+    // The owner, with both roles: every North patient (as an administrator) once the CLI's
+    // change has reached the server.
+    await pollUntil(async () => (await appRun(OLIVE, 'f/clinics/counts')).status === 200, 5000);
+    const full = await appRun(OLIVE, 'f/clinics/patients');
+    expectOk(full, false);
+    expect((full.result as Patient[]).map((p) => p.patient_id)).toEqual([1, 2, 3, 4, 8]);
+    await seesTwice(OLIVE, 'f/clinics/counts', NORTH_COUNTS);
+    // The administrator-only key: counts yes, patient detail refused (it lacks the provider
+    // role), and its answers never come from the owner's entries.
+    for (let i = 0; i < 2; i++) {
+      const counts = await runWith(adminKey, 'f/clinics/counts');
+      expectOk(counts, i === 1);
+      expect(counts.result).toEqual(NORTH_COUNTS);
+      expectRefused(await runWith(adminKey, 'f/clinics/patients'), 403, 'E_ROLE_REQUIRED');
+    }
+    // The provider-only key: her own patients (none), never the administrator's view.
+    for (let i = 0; i < 2; i++) {
+      const own = await runWith(providerKey, 'f/clinics/patients');
+      expectOk(own, i === 1);
+      expect(own.result).toEqual([]);
+      const counts = await runWith(providerKey, 'f/clinics/counts');
+      expectOk(counts, i === 1);
+      expect(counts.result).toEqual([]);
+    }
   });
 
   it("nobody reads another's outbox", async () => {
