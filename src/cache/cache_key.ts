@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
-import { type Job, WORKSPACE_RE } from '../job.js';
+import { canonicalEmbedViewer, type EmbedViewer, type Job, WORKSPACE_RE } from '../job.js';
 import { canonicalArgs, jsonString } from './canonical_json.js';
 
 /** Bumped whenever the encoding below changes, so old and new keys never meet. */
@@ -14,6 +14,11 @@ const KEY_FORMAT = 1;
  * different inputs (however their characters are arranged) produce the same text. The viewer is
  * `perms.endUserEmail`; `null` (no viewer) encodes as JSON `null`, distinct from `""`, `"null"`
  * and every email. `fingerprint` is an opaque authorization fingerprint; `undefined` ≡ `null`.
+ * An embed viewer (`perms.embed`, with `endUserEmail` null) encodes as a JSON *object* —
+ * `{"app":…,"attributes":{sorted},"email":…|null,"kind":"embed"}`, its verified claims and
+ * never the token — which no string or `null` can equal: two embeds differing in any attribute,
+ * their email or app never share an entry, nor share one with a signed-in user or with nobody.
+ * Keys of runs without an embed viewer are byte-identical to before (no format bump).
  *
  * @throws {ArgsNotJsonError} when args hold a value JSON cannot carry faithfully.
  * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
@@ -64,6 +69,17 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
   if (fingerprint !== undefined && fingerprint !== null && typeof fingerprint !== 'string') {
     throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
+  const embed = perms.embed;
+  if (embed !== undefined) {
+    if (viewer !== null) {
+      throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+    }
+    return (
+      `[${KEY_FORMAT},"${workspace}",${jsonString(runnable.path)},${jsonString(runnable.hash)},` +
+      `${embedViewerJson(embed)},` +
+      `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}]`
+    );
+  }
   // jsonString is JSON.stringify with a fast path for text that needs no escaping (a property
   // test holds the two equal); the workspace, matched above, never needs any.
   return (
@@ -71,4 +87,22 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
     `${viewer === null ? 'null' : jsonString(viewer)},` +
     `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}]`
   );
+}
+
+const embedJson = new WeakMap<EmbedViewer, string>();
+
+/** The canonical JSON of an embed viewer (memoised per checked, frozen viewer object). */
+function embedViewerJson(viewer: EmbedViewer): string {
+  const canonical = canonicalEmbedViewer(viewer);
+  let text = embedJson.get(canonical);
+  if (text === undefined) {
+    const attributes = Object.keys(canonical.attributes)
+      .map((name) => `${jsonString(name)}:${jsonString(canonical.attributes[name]!)}`)
+      .join(',');
+    text =
+      `{"app":${jsonString(canonical.app)},"attributes":{${attributes}},` +
+      `"email":${canonical.email === null ? 'null' : jsonString(canonical.email)},"kind":"embed"}`;
+    embedJson.set(canonical, text);
+  }
+  return text;
 }

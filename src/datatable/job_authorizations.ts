@@ -1,4 +1,5 @@
-import type { Job } from '../job.js';
+import { InvalidJobError } from '../errors.js';
+import { canonicalEmbedViewer, type EmbedViewer, type Job } from '../job.js';
 import { JobAuthorization } from './authorization.js';
 import type { CatalogSnapshot } from './catalog_snapshot.js';
 import type { CatalogState } from './catalog_state.js';
@@ -40,8 +41,9 @@ export class JobAuthorizations {
     }
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
-    // '' for no viewer, '=' + email otherwise: the two can never meet.
-    const memoKey = `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
+    // '' for no viewer, '=' + email, or '#' + app for an embed viewer (whose roles depend on its
+    // app alone): none of the three can meet another.
+    const memoKey = `${workspace}\0${perms.email}\0${viewer !== null ? `=${viewer}` : perms.embed !== undefined ? `#${perms.embed.app}` : ''}`;
     let authorization = this.#memo.get(memoKey);
     if (authorization === undefined) {
       authorization = builtIn(state, job, this.#runnerParts);
@@ -74,6 +76,7 @@ export class JobAuthorizations {
       runner: { email: perms.email, principals: runnerPrincipals },
       viewer:
         viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
+      ...embedParty(job),
     });
   }
 }
@@ -92,7 +95,18 @@ function builtIn(
       runner: { email: perms.email, principals: state.principals(workspace, perms.email) },
       viewer:
         viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
+      ...embedParty(job),
     },
     runnerParts,
   );
+}
+
+/** The embed viewer as a party, checked; only when the job has no signed-in viewer. */
+function embedParty(job: Job): { embed?: EmbedViewer } {
+  const { perms } = job;
+  if (perms.embed === undefined) return {};
+  if (perms.endUserEmail !== null) {
+    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+  }
+  return { embed: canonicalEmbedViewer(perms.embed) };
 }

@@ -24,7 +24,7 @@ import {
   type JobResult,
   type RunOptions,
   type RunOrigin,
-  recordViewer,
+  recordViewerIdentity,
 } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
@@ -135,7 +135,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         workspace: request.workspace,
         runnable: { path: found.path, hash: found.hash },
         args: request.args ?? {},
-        perms: { email: request.runAs, endUserEmail: recordViewer(request.origin) },
+        perms: { email: request.runAs, ...recordViewerIdentity(request.origin) },
         cacheTtlS: request.cacheTtlS ?? found.definition.cacheTtlS,
       };
     },
@@ -167,7 +167,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
               // The child runs as the parent's runner, for the parent's viewer (job-token origin).
               perms: {
                 email: job.perms.email,
-                endUserEmail: recordViewer({ kind: 'job-token', parent: { perms: job.perms } }),
+                ...recordViewerIdentity({ kind: 'job-token', parent: { perms: job.perms } }),
               },
               cacheTtlS: cacheTtlS ?? child.definition.cacheTtlS,
             };
