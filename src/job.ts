@@ -169,7 +169,8 @@ export function canonicalEmbedViewer(viewer: unknown): EmbedViewer {
     attributes === null ||
     typeof attributes !== 'object' ||
     Array.isArray(attributes) ||
-    Object.getPrototypeOf(attributes) !== Object.prototype
+    (Object.getPrototypeOf(attributes) !== Object.prototype &&
+      Object.getPrototypeOf(attributes) !== null)
   ) {
     throw new InvalidJobError('an embed viewer carries its attributes as an object');
   }
@@ -180,7 +181,8 @@ export function canonicalEmbedViewer(viewer: unknown): EmbedViewer {
   const sorted: Record<string, string> = {};
   for (const name of names) {
     const value = (attributes as Record<string, unknown>)[name];
-    if (!EMBED_ATTRIBUTE_NAME_RE.test(name)) {
+    // `__proto__` would be dropped by the assignment below: two viewers would read as one.
+    if (!EMBED_ATTRIBUTE_NAME_RE.test(name) || name === '__proto__') {
       throw new InvalidJobError('an embed attribute name is a word of letters, digits and _');
     }
     if (typeof value !== 'string' || value.length > MAX_EMBED_ATTRIBUTE_LENGTH) {
