@@ -29,6 +29,11 @@ describe('recordViewer (SPEC invariant 1)', () => {
     ['schedule → none', { kind: 'schedule' }, null],
     ['trigger → none', { kind: 'trigger' }, null],
     ['AI-agent tool step → none', { kind: 'agent-tool' }, null],
+    [
+      'embed link → no signed-in viewer, even with an email (see embed_viewer.test.ts)',
+      { kind: 'embed', viewer: { app: 'orders', attributes: {}, email: alice } },
+      null,
+    ],
   ];
 
   it.each(cases)('%s', (_name, origin, expected) => {
