@@ -101,12 +101,16 @@ function builtIn(
   );
 }
 
-/** The embed viewer as a party, checked; only when the job has no signed-in viewer. */
-function embedParty(job: Job): { embed?: EmbedViewer } {
+/**
+ * The embed viewer as a party, checked; only when the job has no signed-in viewer. Only its app
+ * goes in: the authorization is shared (memoised) by every embed viewer of that app, whose
+ * attributes and email are the job's own (bound to the connection, and in the key).
+ */
+function embedParty(job: Job): { embed?: Pick<EmbedViewer, 'app'> } {
   const { perms } = job;
   if (perms.embed === undefined) return {};
   if (perms.endUserEmail !== null) {
     throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
   }
-  return { embed: canonicalEmbedViewer(perms.embed) };
+  return { embed: { app: canonicalEmbedViewer(perms.embed).app } };
 }
