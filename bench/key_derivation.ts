@@ -5,7 +5,7 @@
  */
 import { hash } from 'node:crypto';
 import stableStringify from 'fast-json-stable-stringify';
-import { cachedResultPath } from '../src/index.js';
+import { cachedResultPath, recordViewerIdentity } from '../src/index.js';
 import type { ScenarioSet, SizeFixture } from './fixtures.js';
 
 export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
@@ -17,6 +17,22 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
     perms: { ...job.perms, roleScope: [16384, 16390] },
   }));
   let sink = 0;
+  // The same jobs for embed viewers (one frozen viewer per job, as recordViewerIdentity leaves
+  // it), so the row shows the cost of the object viewer element.
+  const embedJobs = jobs.map((job, i) => ({
+    ...job,
+    perms: {
+      ...job.perms,
+      ...recordViewerIdentity({
+        kind: 'embed',
+        viewer: {
+          app: 'orders',
+          attributes: { customer_id: `c-${i % 97}`, region: 'eu', tier: 'gold' },
+          email: null,
+        },
+      }),
+    },
+  }));
   return {
     scenarios: [
       {
@@ -43,6 +59,14 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
         async: false,
         op: (i: number) => {
           sink ^= cachedResultPath(scoped[i % n]!).length;
+        },
+      },
+      {
+        id: 'key_derivation_embed',
+        label: '`cachedResultPath`, ten-field args, an embed viewer with three attributes',
+        async: false,
+        op: (i: number) => {
+          sink ^= cachedResultPath(embedJobs[i % n]!).length;
         },
       },
     ],

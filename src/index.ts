@@ -31,12 +31,31 @@ export type { Directory, MembershipKind, Principals } from './datatable/director
 export type { GoverningTableInfo } from './datatable/governing.js';
 export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/migrations.js';
 export type { ByteSize, Duration } from './duration.js';
+export type {
+  EmbedAlgorithm,
+  EmbedKey,
+  EmbedKeySource,
+  EmbedVerifier,
+  RawEmbedVerifierOptions,
+} from './embed/embed_assertion.js';
+export {
+  createEmbedVerifier,
+  EMBED_ALGORITHMS,
+  EMBED_TOKEN_TYPE,
+  embedAudience,
+} from './embed/embed_assertion.js';
+export type { EmbedClaims, EmbedKeyPair } from './embed/embed_signing.js';
+export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js';
 export type { ErrorCode } from './errors.js';
 export {
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,
   DatatableUnavailableError,
+  EmbedAudienceError,
+  EmbedExpiredError,
+  EmbedInvalidError,
+  EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
   errors,
@@ -73,6 +92,7 @@ export type {
 } from './executor/executor.js';
 export { createExecutor } from './executor/executor.js';
 export type {
+  EmbedViewer,
   Job,
   JobExecutor,
   JobPerms,
@@ -80,8 +100,15 @@ export type {
   RunnableRef,
   RunOptions,
   RunOrigin,
+  ViewerIdentityOfRun,
 } from './job.js';
-export { recordRoleScope, recordViewer, WORKSPACE_PATTERN, WORKSPACE_RE } from './job.js';
+export {
+  recordRoleScope,
+  recordViewer,
+  recordViewerIdentity,
+  WORKSPACE_PATTERN,
+  WORKSPACE_RE,
+} from './job.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';

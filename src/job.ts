@@ -33,7 +33,35 @@ export interface JobPerms {
    * `undefined`: unscoped. `[]` is not "unscoped": it grants no role at all (fail closed).
    */
   readonly roleScope?: readonly number[] | undefined;
+  /**
+   * An embed viewer (a host application's signed assertion, verified before the run), recorded
+   * with {@link recordViewerIdentity}. When set, `endUserEmail` is `null`: an embed viewer is
+   * never a signed-in user, whatever email its assertion carries, so code that knows nothing of
+   * embeds treats the run as having no viewer (fail closed).
+   */
+  readonly embed?: EmbedViewer | undefined;
 }
+
+/**
+ * A verified embed viewer: what the host signed, never the token itself. It holds no roles of
+ * its own; it resolves only to roles whose tenants name embed viewers (`embed:*`, `embed:APP`).
+ */
+export interface EmbedViewer {
+  /** The app the assertion's audience names. */
+  readonly app: string;
+  /** Signed attributes (`customer_id`, …) that policies read with `viewer_attribute(name)`. */
+  readonly attributes: Readonly<Record<string, string>>;
+  /** The email the host asserted, or `null`; never resolved as `user:EMAIL`. */
+  readonly email: string | null;
+}
+
+/** Attribute names: SQL-friendly words, so a policy can name them without quoting. */
+export const EMBED_ATTRIBUTE_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+/** App names (as the reference server's routes accept them). */
+export const EMBED_APP_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+/** Bounds of an embed viewer's attributes: how many, and how long each value may be. */
+export const MAX_EMBED_ATTRIBUTES = 32;
+export const MAX_EMBED_ATTRIBUTE_LENGTH = 1024;
 
 /** One run of a runnable. */
 export interface Job {
@@ -56,6 +84,8 @@ export type RunOrigin =
   | { readonly kind: 'run'; readonly caller: { readonly email: string } }
   /** A preview (draft run) by a signed-in caller. */
   | { readonly kind: 'preview'; readonly caller: { readonly email: string } }
+  /** A per-viewer embed link: a host application's assertion, verified by the server. */
+  | { readonly kind: 'embed'; readonly viewer: EmbedViewer }
   /** A job started with another job's token: a child job or a flow step. */
   | { readonly kind: 'job-token'; readonly parent: { readonly perms: JobPerms } }
   | { readonly kind: 'schedule' }
@@ -92,6 +122,9 @@ export function recordViewer(origin: RunOrigin): string | null {
       const parentViewer = origin.parent?.perms?.endUserEmail;
       return parentViewer === null ? null : requireEmail(parentViewer);
     }
+    case 'embed':
+      // An embed viewer is not a signed-in user: see recordViewerIdentity.
+      return null;
     case 'schedule':
     case 'trigger':
     case 'agent-tool':
@@ -141,6 +174,87 @@ export function canonicalRoleScope(scope: unknown): readonly number[] | undefine
   // Already canonical (strictly increasing, as recordRoleScope leaves it): no copy on the hit path.
   if (ids.every((id, i) => i === 0 || id > ids[i - 1]!)) return ids;
   return Object.freeze([...new Set(ids)].sort((a, b) => a - b));
+}
+
+/** The viewer of a run as the job carries it: `perms.endUserEmail`, and `perms.embed` if any. */
+export interface ViewerIdentityOfRun {
+  readonly endUserEmail: string | null;
+  readonly embed?: EmbedViewer;
+}
+
+/**
+ * {@link recordViewer}, plus the embed viewer of an `embed` origin (or of a job-token origin's
+ * parent: a child inherits its parent's embed viewer like any viewer). The embed viewer is
+ * checked and frozen here, so the cache key and the authorization read one canonical value.
+ */
+export function recordViewerIdentity(origin: RunOrigin): ViewerIdentityOfRun {
+  const endUserEmail = recordViewer(origin);
+  if (origin.kind === 'embed') return { endUserEmail, embed: canonicalEmbedViewer(origin.viewer) };
+  if (origin.kind === 'job-token') {
+    const parentEmbed = origin.parent.perms.embed;
+    if (parentEmbed !== undefined) {
+      if (endUserEmail !== null) {
+        throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+      }
+      return { endUserEmail, embed: canonicalEmbedViewer(parentEmbed) };
+    }
+  }
+  return { endUserEmail };
+}
+
+const frozenEmbeds = new WeakSet<EmbedViewer>();
+
+/**
+ * An embed viewer checked (app, attribute names and string values, email) and frozen with its
+ * attributes in sorted order. Returns the same object when it already went through here.
+ * @throws {InvalidJobError}
+ */
+export function canonicalEmbedViewer(viewer: unknown): EmbedViewer {
+  if (frozenEmbeds.has(viewer as EmbedViewer)) return viewer as EmbedViewer;
+  if (viewer === null || typeof viewer !== 'object') {
+    throw new InvalidJobError('an embed viewer is required');
+  }
+  const { app, attributes, email } = viewer as Record<string, unknown>;
+  if (typeof app !== 'string' || !EMBED_APP_RE.test(app)) {
+    throw new InvalidJobError('an embed viewer must name its app');
+  }
+  if (email !== null && (typeof email !== 'string' || email.length === 0)) {
+    throw new InvalidJobError('an embed viewer has a non-empty email or null');
+  }
+  if (
+    attributes === null ||
+    typeof attributes !== 'object' ||
+    Array.isArray(attributes) ||
+    (Object.getPrototypeOf(attributes) !== Object.prototype &&
+      Object.getPrototypeOf(attributes) !== null)
+  ) {
+    throw new InvalidJobError('an embed viewer carries its attributes as an object');
+  }
+  const names = Object.keys(attributes).sort();
+  if (names.length > MAX_EMBED_ATTRIBUTES) {
+    throw new InvalidJobError(`an embed viewer has at most ${MAX_EMBED_ATTRIBUTES} attributes`);
+  }
+  const sorted: Record<string, string> = {};
+  for (const name of names) {
+    const value = (attributes as Record<string, unknown>)[name];
+    // `__proto__` would be dropped by the assignment below: two viewers would read as one.
+    if (!EMBED_ATTRIBUTE_NAME_RE.test(name) || name === '__proto__') {
+      throw new InvalidJobError('an embed attribute name is a word of letters, digits and _');
+    }
+    if (typeof value !== 'string' || value.length > MAX_EMBED_ATTRIBUTE_LENGTH) {
+      throw new InvalidJobError(
+        `embed attribute values are strings of at most ${MAX_EMBED_ATTRIBUTE_LENGTH} characters`,
+      );
+    }
+    sorted[name] = value;
+  }
+  const canonical: EmbedViewer = Object.freeze({
+    app,
+    attributes: Object.freeze(sorted),
+    email: email as string | null,
+  });
+  frozenEmbeds.add(canonical);
+  return canonical;
 }
 
 /** A signed-in identity must be a non-empty string: an empty email is not "no viewer". */

@@ -10,9 +10,10 @@ import {
   UnknownRoleError,
   type ViewerCacheError,
 } from '../errors.js';
+import type { EmbedViewer } from '../job.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
-import { mayUseRole, resolveRoles } from './resolve_roles.js';
+import { mayUseRole, resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
 
 /** The people a job's data-table access is decided for, with their group/folder memberships. */
 export interface JobParties {
@@ -26,6 +27,11 @@ export interface JobParties {
    * name, default — holds only roles whose catalog id is listed. Absent: unscoped.
    */
   readonly roleScope?: readonly number[] | undefined;
+  /**
+   * `perms.embed` (then `viewer` is null): decides `?as=viewer` through `embed:` tenants only.
+   * Only its app matters here; its attributes and email are bound to the connection and keyed.
+   */
+  readonly embed?: Pick<EmbedViewer, 'app'> | undefined;
 }
 
 /** What one reference grants: where to connect, and the roles the connection holds. */
@@ -92,9 +98,11 @@ export class JobAuthorization {
     const context = { datatable: datatable.name };
     switch (ref.access.kind) {
       case 'viewer': {
-        // The viewer is perms.endUserEmail and nothing else; never perms.email (invariant 2).
-        if (viewer === null) return { refused: NoViewerError, context };
-        const roles = this.#rolesOfViewer(viewer).get(datatable.name) ?? [];
+        // The viewer is perms.endUserEmail (or the embed viewer) and nothing else; never
+        // perms.email (invariant 2).
+        const embed = this.#parties.embed;
+        if (viewer === null && embed === undefined) return { refused: NoViewerError, context };
+        const roles = this.#rolesOfViewer().get(datatable.name) ?? [];
         if (roles.length === 0) {
           // An empty intersection is a refusal, never a fallback to the unscoped roles.
           const message = this.#parties.roleScope
@@ -102,10 +110,14 @@ export class JobAuthorization {
             : undefined;
           return { refused: NoRolesError, ...(message ? { message } : {}), context };
         }
-        const governing = state
-          .governing(workspace, datatable.name)
-          .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
-          .join(',');
+        // An embed viewer is no email of the governing tables: any change counts.
+        const governing =
+          viewer === null
+            ? this.#anyChange(datatable.name)
+            : state
+                .governing(workspace, datatable.name)
+                .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
+                .join(',');
         return { datatable, roles, governing };
       }
       case 'role': {
@@ -146,15 +158,15 @@ export class JobAuthorization {
     }
   }
 
-  #rolesOfViewer(viewer: NonNullable<JobParties['viewer']>): Map<string, CatalogRole[]> {
+  /** The viewer's (or embed viewer's) roles by data table; call only when there is one. */
+  #rolesOfViewer(): Map<string, CatalogRole[]> {
     if (this.#viewerRoles === undefined) {
       const byDatatable = new Map<string, CatalogRole[]>();
-      const roles = resolveRoles(
-        this.#state,
-        this.#parties.workspace,
-        viewer.email,
-        viewer.principals,
-      );
+      const { workspace, viewer, embed } = this.#parties;
+      const roles =
+        viewer !== null
+          ? resolveRoles(this.#state, workspace, viewer.email, viewer.principals)
+          : resolveEmbedRoles(this.#state, workspace, embed!.app);
       for (const role of roles) {
         if (!this.#inScope(role)) continue;
         const list = byDatatable.get(role.datatable);
@@ -182,7 +194,8 @@ export class JobAuthorization {
 
   /**
    * Whether the viewer holds role `role` of `datatable`: one of the roles `?as=viewer` would
-   * grant. Part of the fingerprint by construction (it reads the same grant).
+   * grant. Part of the fingerprint by construction (it reads the same grant). An embed viewer
+   * holds no roles of their own: only the roles whose tenants name embed viewers answer true.
    */
   viewerHolds(datatable: string, role: string): boolean {
     const decision = this.#decide({ name: datatable, access: { kind: 'viewer' } });

@@ -180,7 +180,10 @@ export class CatalogAdmin {
     return change;
   }
 
-  /** Replaces a role's tenant list (`user:EMAIL`, `group:NAME`, `folder:NAME`, `*`). */
+  /**
+   * Replaces a role's tenant list (`user:EMAIL`, `group:NAME`, `folder:NAME`, `*`, `embed:*`,
+   * `embed:APP`).
+   */
   async setTenants(
     workspace: string,
     name: string,

@@ -203,9 +203,16 @@ class DatatableService implements Datatables {
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
       const lease = await this.#leaser.lease(roles, datatable.database);
-      const viewer = job.perms.endUserEmail;
-      if (ref.access.kind === 'viewer' && viewer !== null && this.#identities !== null) {
-        await this.#bind(lease, datatable.database, { email: viewer, attributes: {} });
+      if (ref.access.kind === 'viewer' && this.#identities !== null) {
+        // grant() refused a run with no viewer: here there is a signed-in or an embed viewer.
+        const { endUserEmail, embed } = job.perms;
+        await this.#bind(
+          lease,
+          datatable.database,
+          endUserEmail !== null
+            ? { email: endUserEmail, attributes: {} }
+            : { email: embed!.email, attributes: embed!.attributes },
+        );
       }
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });

@@ -1,4 +1,5 @@
-import { canonicalRoleScope, type Job } from '../job.js';
+import { InvalidJobError } from '../errors.js';
+import { canonicalEmbedViewer, canonicalRoleScope, type EmbedViewer, type Job } from '../job.js';
 import { JobAuthorization } from './authorization.js';
 import type { CatalogSnapshot } from './catalog_snapshot.js';
 import type { CatalogState } from './catalog_state.js';
@@ -41,12 +42,15 @@ export class JobAuthorizations {
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
     const scope = canonicalRoleScope(perms.roleScope);
-    // '' for no viewer, '=' + email otherwise: the two can never meet. The role scope leads
-    // ('' unscoped, '=' + ids; no NUL in either): jobs of one runner and viewer under two scopes
-    // must never share an authorization.
+    // The role scope leads ('' unscoped, '=' + ids; no NUL in either): jobs of one runner and
+    // viewer under two scopes must never share an authorization. Then '' for no viewer,
+    // '=' + email, or '#' + app for an embed viewer (whose roles depend on its app alone): none
+    // of the three can meet another.
+    const who =
+      viewer !== null ? `=${viewer}` : perms.embed !== undefined ? `#${perms.embed.app}` : '';
     const memoKey =
       `${scope === undefined ? '' : `=${scope.join(',')}`}\0` +
-      `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
+      `${workspace}\0${perms.email}\0${who}`;
     let authorization = this.#memo.get(memoKey);
     if (authorization === undefined) {
       authorization = builtIn(state, job, this.#runnerParts);
@@ -80,6 +84,7 @@ export class JobAuthorizations {
       viewer:
         viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
       roleScope: canonicalRoleScope(perms.roleScope),
+      ...embedParty(job),
     });
   }
 }
@@ -99,7 +104,22 @@ function builtIn(
       viewer:
         viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
       roleScope: canonicalRoleScope(perms.roleScope),
+      ...embedParty(job),
     },
     runnerParts,
   );
+}
+
+/**
+ * The embed viewer as a party, checked; only when the job has no signed-in viewer. Only its app
+ * goes in: the authorization is shared (memoised) by every embed viewer of that app, whose
+ * attributes and email are the job's own (bound to the connection, and in the key).
+ */
+function embedParty(job: Job): { embed?: Pick<EmbedViewer, 'app'> } {
+  const { perms } = job;
+  if (perms.embed === undefined) return {};
+  if (perms.endUserEmail !== null) {
+    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+  }
+  return { embed: { app: canonicalEmbedViewer(perms.embed).app } };
 }

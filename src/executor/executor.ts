@@ -26,7 +26,7 @@ import {
   type RunOptions,
   type RunOrigin,
   recordRoleScope,
-  recordViewer,
+  recordViewerIdentity,
 } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
@@ -219,11 +219,12 @@ export function createExecutor(options: RawExecutorOptions): Executor {
 
 /** A job's perms: who it runs as, its viewer and role scope, both recorded from its origin. */
 function permsOf(runAs: string, origin: RunOrigin, credentialScope?: readonly number[]): JobPerms {
-  const endUserEmail = recordViewer(origin);
+  // The viewer (and an embed viewer) from the origin alone; the scope never wider than the parent's.
+  const viewer = recordViewerIdentity(origin);
   const roleScope = recordRoleScope(origin, credentialScope);
   return roleScope === undefined
-    ? { email: runAs, endUserEmail }
-    : { email: runAs, endUserEmail, roleScope };
+    ? { email: runAs, ...viewer }
+    : { email: runAs, ...viewer, roleScope };
 }
 
 interface RunDeps {

@@ -5,6 +5,8 @@ import type { Registry } from 'prom-client';
 import {
   type CachedExecutor,
   type Datatables,
+  EmbedInvalidError,
+  type EmbedVerifier,
   type Executor,
   type Job,
   type JobResult,
@@ -19,6 +21,7 @@ import { RequestLog, sendResult } from './http_reply.js';
 import {
   ajvOptions,
   appParams,
+  embedQuery,
   hookBody,
   hookParams,
   MAX_PARAM_LENGTH,
@@ -49,6 +52,8 @@ export interface HttpDeps {
   schedules(): ScheduleStatus[];
   apiTokens: ApiTokens;
   jobTokens: JobTokens;
+  /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
+  embedVerifier?: EmbedVerifier;
   metrics: {
     registry: Registry;
     observeRequest(route: string, status: number): void;
@@ -229,6 +234,28 @@ export function buildHttpApp(deps: HttpDeps) {
           { kind: 'app', session: null },
           null,
         ),
+      );
+    },
+  );
+
+  // A per-viewer embed link: runs as the publisher, for the embed viewer the host signed — its
+  // verified attributes and email, never the token. The token comes in `Authorization: Bearer`
+  // or `?token=` (a link); neither is ever logged (the log line names the route, not the URL).
+  app.post<{ Params: AppParams; Body: RunBody; Querystring: { token?: string } }>(
+    '/api/w/:workspace/embed/apps/:app/run',
+    { schema: { params: appParams, body: runBody, querystring: embedQuery } },
+    async (request, reply) => {
+      const { workspace, app: appName } = request.params;
+      const token = bearer(request) ?? request.query.token ?? null;
+      if (token === null) throw new EmbedInvalidError('an embed link needs its token');
+      if (deps.embedVerifier === undefined) {
+        throw new EmbedInvalidError('this server does not accept embed links');
+      }
+      const viewer = await deps.embedVerifier.verify(token, { workspace, app: appName });
+      const definition = appRunnable(appName, request.body.path, false);
+      await run(
+        reply,
+        createJob(workspace, request.body, definition.publisher, { kind: 'embed', viewer }, null),
       );
     },
   );

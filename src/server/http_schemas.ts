@@ -28,6 +28,13 @@ export const workspaceParams = params({ workspace });
 export const appParams = params({ workspace, app: name });
 export const hookParams = params({ workspace, hook: name });
 
+/** An embed link's query: its token, if not in the Authorization header; nothing else. */
+export const embedQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { token: { type: 'string', minLength: 1, maxLength: 8192 } },
+} as const;
+
 export const runBody = {
   type: 'object',
   required: ['path'],

@@ -8,6 +8,7 @@ import { pino } from 'pino';
 import {
   type CacheStore,
   createDatatables,
+  createEmbedVerifier,
   createExecutor,
   type Datatables,
   InvalidJobError,
@@ -18,6 +19,7 @@ import {
 } from '../index.js';
 import type { ServerConfig } from './config.js';
 import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
+import { EmbedKeys } from './embed_keys.js';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
 import { WORKSPACE_RE } from './http_schemas.js';
@@ -179,6 +181,9 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const apiTokens = new ApiTokens(pool, { logger });
     await apiTokens.start();
     cleanup.push(async () => apiTokens.stop());
+    const embedKeys = new EmbedKeys(pool, { logger });
+    await embedKeys.start();
+    cleanup.push(async () => embedKeys.stop());
 
     let demoTokens: Record<string, string> = {};
     if (config.seedDemo) {
@@ -224,6 +229,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       recipients: { perRecipient, outbox },
       apiTokens,
       jobTokens,
+      embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
       maxConnections: config.maxConnections,

@@ -76,6 +76,25 @@ const MIGRATIONS: readonly Migration[] = [
       `create index outbox_recipient on ${SERVER_SCHEMA}.outbox (workspace, recipient, id desc)`,
     ],
   },
+  {
+    version: 4,
+    name: 'embed keys',
+    statements: [
+      // Public halves only: the signing key goes to the host once (`embed-key create`) and is
+      // never stored. A revoked key stays (revoked_at set) so its links are refused by code.
+      // Revocations bump token_generation, which every process already polls (embed_keys.ts).
+      `create table ${SERVER_SCHEMA}.embed_key (
+        workspace text not null,
+        kid text not null check (kid ~ '^[A-Za-z0-9_-]{1,64}$'),
+        alg text not null check (alg in ('EdDSA', 'ES256')),
+        public_jwk jsonb not null check (not (public_jwk ? 'd')),
+        label text,
+        created_at timestamptz not null default now(),
+        revoked_at timestamptz,
+        primary key (workspace, kid)
+      )`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

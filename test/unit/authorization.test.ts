@@ -19,7 +19,18 @@ import { ViewerCacheError } from '../../src/errors.js';
 const WS = 'ws';
 const RUNNER = 'runner@x';
 const VIEWER = 'viewer@x';
-const TENANTS = ['*', `user:${VIEWER}`, `user:${RUNNER}`, 'group:g1', 'group:g2', 'folder:f'];
+const TENANTS = [
+  '*',
+  `user:${VIEWER}`,
+  `user:${RUNNER}`,
+  'group:g1',
+  'group:g2',
+  'folder:f',
+  'embed:*',
+  'embed:orders',
+];
+/** Stands for an embed viewer of app `orders` (the viewer arbitrary's fourth kind). */
+const EMBED = 'embed viewer';
 const NAMES = ['main', 'other'];
 
 interface Config {
@@ -168,7 +179,11 @@ function authorizationOf(
   const parties: JobParties = {
     workspace: WS,
     runner: { email: RUNNER, principals: state.principals(WS, RUNNER) },
-    viewer: viewer === null ? null : { email: viewer, principals: state.principals(WS, viewer) },
+    viewer:
+      viewer === null || viewer === EMBED
+        ? null
+        : { email: viewer, principals: state.principals(WS, viewer) },
+    ...(viewer === EMBED ? { embed: { app: 'orders' } } : {}),
     ...(roleScope === undefined ? {} : { roleScope }),
   };
   return new JobAuthorization(state, parties);
@@ -203,7 +218,7 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
       fc.property(
         configArb,
         changeArb,
-        fc.constantFrom<string | null>(VIEWER, null, RUNNER),
+        fc.constantFrom<string | null>(VIEWER, null, RUNNER, EMBED),
         (config, c, viewer) => {
           const before = authorizationOf(stateOf(config), viewer);
           const after = authorizationOf(stateOf(change(config, c)), viewer);
@@ -218,7 +233,8 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     // Both sides of the equivalence were exercised, not just one.
     expect(equal).toBeGreaterThan(300);
     expect(different).toBeGreaterThan(300);
-  });
+    // 3,000 catalogs take a few seconds on a busy 2-core machine.
+  }, 30_000);
 
   it('the same equivalence holds under a role scope (a scoped API key)', () => {
     let different = 0;

@@ -34,6 +34,11 @@ describe('recordViewer (SPEC invariant 1)', () => {
       { kind: 'recipient', recipient: { email: alice } },
       alice,
     ],
+    [
+      'embed link → no signed-in viewer, even with an email (see embed_viewer.test.ts)',
+      { kind: 'embed', viewer: { app: 'orders', attributes: {}, email: alice } },
+      null,
+    ],
   ];
 
   it.each(cases)('%s', (_name, origin, expected) => {
