@@ -33,6 +33,8 @@ export function clinicRoles(rolePrefix = '') {
     systemAdmin: `${rolePrefix}system_admin`,
     /** The data table's default role: the clinic list only, no patients, no viewer. */
     directory: `${rolePrefix}clinics_directory`,
+    /** Embed viewers of the clinics app (`embed:clinics`): the patients of their signed system. */
+    embed: `${rolePrefix}clinics_embed`,
   };
 }
 
@@ -125,6 +127,10 @@ export async function seedClinics(options: {
     });
   if (!existing.has(roles.directory))
     await admin.createRole(workspace, CLINICS_DATATABLE, roles.directory, { tenants: [] });
+  if (!existing.has(roles.embed))
+    await admin.createRole(workspace, CLINICS_DATATABLE, roles.embed, {
+      tenants: [`embed:${CLINICS_APP}`],
+    });
 
   const client = new pg.Client({ connectionString: databaseUrl });
   client.on('error', () => {});
@@ -182,6 +188,7 @@ async function createDataset(
   const provider = pg.escapeIdentifier(roles.provider);
   const systemAdmin = pg.escapeIdentifier(roles.systemAdmin);
   const directory = pg.escapeIdentifier(roles.directory);
+  const embed = pg.escapeIdentifier(roles.embed);
   await client.query('create schema if not exists clinics');
   await client.query(
     `create table if not exists clinics.clinics (
@@ -217,13 +224,16 @@ async function createDataset(
         );
   }
 
-  await client.query(`grant usage on schema clinics to ${provider}, ${systemAdmin}, ${directory}`);
+  await client.query(
+    `grant usage on schema clinics to ${provider}, ${systemAdmin}, ${directory}, ${embed}`,
+  );
   await client.query(
     `grant select on clinics.clinics to ${provider}, ${systemAdmin}, ${directory}`,
   );
   await client.query(
     `grant select on clinics.patients, clinics.entitlements to ${provider}, ${systemAdmin}`,
   );
+  await client.query(`grant select on clinics.patients to ${embed}`);
   await client.query('alter table clinics.patients enable row level security');
   await client.query('alter table clinics.entitlements enable row level security');
 
@@ -231,13 +241,16 @@ async function createDataset(
   const me = '(select viewer_cache.viewer_email())';
   const entitled = `exists (select 1 from clinics.entitlements e
                             where e.email = ${me} and e.health_system = patients.health_system)`;
-  const policies: [string, string, string][] = [
+  // Each policy is written TO the roles it serves: a policy reading the viewer's email never runs
+  // for an embed viewer (who may have none), nor one reading an attribute for a signed-in user.
+  const policies: [string, string, string, string][] = [
     // A person reads only their own entitlement rows.
-    ['entitlements_own', 'clinics.entitlements', `email = ${me}`],
+    ['entitlements_own', 'clinics.entitlements', `${provider}, ${systemAdmin}`, `email = ${me}`],
     // A provider: their own patients, in a health system they are entitled to.
     [
       'patients_provider',
       'clinics.patients',
+      provider,
       `pg_has_role(current_user, ${pg.escapeLiteral(roles.provider)}, 'member')
          and provider_email = ${me} and ${entitled}`,
     ],
@@ -245,11 +258,19 @@ async function createDataset(
     [
       'patients_system_admin',
       'clinics.patients',
+      systemAdmin,
       `pg_has_role(current_user, ${pg.escapeLiteral(roles.systemAdmin)}, 'member') and ${entitled}`,
     ],
+    // An embed viewer: the patients of the health system its host signed.
+    [
+      'patients_embed',
+      'clinics.patients',
+      embed,
+      `health_system = (select viewer_cache.viewer_attribute('health_system'))`,
+    ],
   ];
-  for (const [name, table, using] of policies) {
+  for (const [name, table, to, using] of policies) {
     await client.query(`drop policy if exists ${name} on ${table}`);
-    await client.query(`create policy ${name} on ${table} for select using (${using})`);
+    await client.query(`create policy ${name} on ${table} for select to ${to} using (${using})`);
   }
 }

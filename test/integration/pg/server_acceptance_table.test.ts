@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import type { JWK } from 'jose';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { signEmbedAssertion } from '../../../src/index.js';
 import { demoToken } from '../../../src/server/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
@@ -19,7 +21,6 @@ import { type Answer, asRun, pollUntil, type RunAnswer } from '../../helpers/ser
 // policies read the run's viewer with viewer_cache.viewer_email(). Every row is checked again on
 // a cache hit, and the guide's two revocations on the viewer's next run.
 //
-// The row "a per-viewer embed link" is added here when the embed branch merges.
 
 const WS = 'demo';
 const NORA = 'nora@example.com'; // provider, North
@@ -35,6 +36,8 @@ const prefix = uniquePrefix();
 const SECRET_KEY = randomBytes(32).toString('hex');
 /** Tokens made with `token create` for people the demo does not seed (by email). */
 const made: Record<string, string> = {};
+/** Embed links signed by the test: like tokens, never to appear in a log line. */
+const embedLinks: string[] = [];
 const token = (email: string) => made[email] ?? demoToken(SECRET_KEY, email);
 
 interface Patient {
@@ -71,9 +74,11 @@ let otherWorkspaceToken = '';
 const secrets: Secrets = {
   secretKey: SECRET_KEY,
   tokens: () =>
-    [...[NORA, NICK, SAM, ADA, RITA, NOBODY, PUBLISHER].map(token), otherWorkspaceToken].filter(
-      (t) => t.length > 0,
-    ),
+    [
+      ...[NORA, NICK, SAM, ADA, RITA, NOBODY, PUBLISHER].map(token),
+      otherWorkspaceToken,
+      ...embedLinks,
+    ].filter((t) => t.length > 0),
 };
 const expectRefused = (answer: Answer, status: number, code: string) =>
   expectRefusedWith(secrets, answer, status, code);
@@ -160,6 +165,40 @@ describe('what each viewer sees, each row also on a cache hit', () => {
   it('someone with the role but no entitlement row: no rows', async () => {
     await seesTwice(RITA, 'f/clinics/patients', []);
     await seesTwice(RITA, 'f/clinics/counts', []);
+  });
+
+  it('a per-viewer embed link: rows matching its signed attributes; role checks see no roles', async () => {
+    const key = await e2e.cliJson<{ kid: string; privateJwk: JWK }>(['embed-key', 'create']);
+    const linkFor = (health_system: string) =>
+      signEmbedAssertion(key.privateJwk, {
+        workspace: WS,
+        app: 'clinics',
+        attributes: { health_system },
+      });
+    const embedRun = async (link: string, path: string) =>
+      asRun(
+        await request('POST', `/api/w/${WS}/embed/apps/clinics/run`, {
+          token: link,
+          body: { path },
+        }),
+      );
+    const north = await linkFor('north');
+    const south = await linkFor('south');
+    embedLinks.push(north, south);
+    for (const [link, expected] of [
+      [north, NORTH_COUNTS],
+      [south, [{ clinic: 's1', patients: 3 }]],
+    ] as const) {
+      // Counted through the embed role's policy, which reads the signed attribute.
+      for (let i = 0; i < 2; i++) {
+        const counts = await embedRun(link, 'f/clinics/counts');
+        expectOk(counts, i === 1);
+        expect(counts.result).toEqual(expected);
+      }
+      // An embed viewer holds no provider role: patient detail is refused before any query.
+      for (let i = 0; i < 2; i++)
+        expectRefused(await embedRun(link, 'f/clinics/patients'), 403, 'E_ROLE_REQUIRED');
+    }
   });
 
   it('a public share link (anonymous): refused, nothing shown', async () => {
