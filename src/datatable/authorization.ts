@@ -13,6 +13,7 @@ import {
 import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
 import { mayUseRole, resolveRoles } from './resolve_roles.js';
+import { type Dependency, type DependencySet, parseDependency } from './run_dependencies.js';
 
 /** The people a job's data-table access is decided for, with their group/folder memberships. */
 export interface JobParties {
@@ -50,6 +51,8 @@ export class JobAuthorization {
   /** Fingerprint parts that depend only on the runner, shared by the jobs of one state. */
   readonly #runnerParts: Map<string, string> | undefined;
   #fingerprint: string | undefined;
+  /** Fingerprints over dependency sets (see run_dependencies.ts), by set. */
+  #fingerprints: WeakMap<DependencySet, string> | undefined;
   /** The viewer's roles by data table (one pass over the workspace's roles), on first use. */
   #viewerRoles: Map<string, CatalogRole[]> | undefined;
 
@@ -210,6 +213,34 @@ export class JobAuthorization {
     }
     const digest = hash('sha256', `${viewerPart.join('\n')}\n--\n${runnerPart}`, 'base64url');
     return `c${state.catalogId};${digest}`;
+  }
+
+  /**
+   * The fingerprint over `set` only: the catalog's id, then the {@link answer} to each of its
+   * questions, hashed. Over the set of every question it is {@link fingerprint}.
+   */
+  fingerprintOver(set: DependencySet): string {
+    if (set.everything) return this.fingerprint;
+    if (set.members.length === 0) return `c${this.#state.catalogId};-`;
+    this.#fingerprints ??= new WeakMap();
+    let fingerprint = this.#fingerprints.get(set);
+    if (fingerprint === undefined) {
+      const parts = set.members.map((dependency) => `${dependency}=${this.answer(dependency)}`);
+      fingerprint = `c${this.#state.catalogId};d${hash('sha256', parts.join('\n'), 'base64url')}`;
+      this.#fingerprints.set(set, fingerprint);
+    }
+    return fingerprint;
+  }
+
+  /**
+   * What this job is told when it asks `dependency`, as text: a reference's grant (or refusal),
+   * or whether the viewer holds a role (nothing more: the check reveals nothing more).
+   */
+  answer(dependency: Dependency): string {
+    const question = parseDependency(dependency);
+    if ('every' in question) return this.fingerprint;
+    if ('ref' in question) return this.#outcome(question.ref);
+    return this.viewerHolds(question.holds.datatable, question.holds.role) ? 'yes' : 'no';
   }
 
   /** A grant as text: the database and role ids with versions, or the refusal's code. */

@@ -9,6 +9,7 @@ import type { DatatablesEvents } from './datatables_events.js';
 import type { Directory } from './directory.js';
 import type { SetLoginInfo } from './login_gc.js';
 import type { RoleSetStepHook } from './role_set_protocol.js';
+import type { RunTracking } from './run_dependencies.js';
 
 /* The data-table layer's public shape: its options and the Datatables interface. */
 
@@ -102,10 +103,14 @@ export interface DatatablesTestHooks {
  */
 export interface Datatables extends DatatableConnector {
   /**
-   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: derived from
-   * what every data-table reference would grant the job (see `authorization.ts`).
+   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: what the
+   * data-table references and role checks its runnable was seen to make are granted (see
+   * `run_dependencies.ts`). With `track`, the cache stores each result under what its run
+   * actually depended on.
    */
-  readonly fingerprint: (job: Job) => string | Promise<string>;
+  readonly fingerprint: ((job: Job) => string | Promise<string>) & {
+    readonly track: (job: Job) => RunTracking;
+  };
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
   /** Generation of the catalog state in memory. */
