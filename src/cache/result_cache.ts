@@ -254,23 +254,29 @@ class ResultCache implements CachedExecutor {
         this.#report.notStored(job, 'store-failed');
         return computed;
       }
-      let into = run;
-      if (this.#fingerprint !== null) {
-        settled = true;
-        const fingerprint = await this.#fingerprintNow(run, tracking);
-        if (fingerprint === undefined) {
-          // The viewer's authorization changed while this ran: the result may show rows they
-          // no longer hold (or miss new ones). Hand it to this caller, but never keep it.
-          this.#report.notStored(job, 'fingerprint-moved');
-          this.#moved.add(computed);
-          return computed;
-        }
-        // The run depended on more than the lookup predicted: stored where the next lookup looks.
-        if (fingerprint !== run.fingerprint) {
-          into = this.#runs.of(job, fingerprint, run.ttlMs, run.passDown);
-        }
+      if (this.#fingerprint === null) {
+        await this.#write(run, json);
+        return computed;
       }
-      await this.#write(into, json);
+      settled = true;
+      const fingerprints = await this.#fingerprintNow(run, tracking);
+      if (fingerprints === undefined) {
+        // The viewer's authorization changed while this ran: the result may show rows they
+        // no longer hold (or miss new ones). Hand it to this caller, but never keep it.
+        this.#report.notStored(job, 'fingerprint-moved');
+        this.#moved.add(computed);
+        return computed;
+      }
+      // A run that depended on more than the lookup predicted is stored where the next looks.
+      for (const fingerprint of Array.isArray(fingerprints)
+        ? (fingerprints as readonly (string | null)[])
+        : [fingerprints as string | null]) {
+        const into =
+          fingerprint === run.fingerprint
+            ? run
+            : this.#runs.of(job, fingerprint, run.ttlMs, run.passDown);
+        await this.#write(into, json);
+      }
       return computed;
     } finally {
       if (!settled) tracking?.abandon();
@@ -281,7 +287,7 @@ class ResultCache implements CachedExecutor {
   async #fingerprintNow(
     run: CacheRun,
     tracking: FingerprintTracking | undefined,
-  ): Promise<string | null | undefined> {
+  ): Promise<string | null | readonly (string | null)[] | undefined> {
     try {
       if (tracking !== undefined) return await tracking.settle(run.fingerprint);
       const now = await this.#fingerprint!(run.job);

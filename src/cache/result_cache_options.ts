@@ -16,12 +16,17 @@ export type FingerprintFn = ((job: Job) => Promise<string | null> | string | nul
 /** One executing run followed by {@link FingerprintFn.track}. */
 export interface FingerprintTracking {
   /**
-   * After the run succeeded: the fingerprint to store its result under (it may differ from the
-   * lookup's when the run depended on more than predicted), or `undefined` to not store it.
+   * After the run succeeded: the fingerprint(s) to store its result under (they may differ from
+   * the lookup's when the run depended on more than predicted), or `undefined` to not store it.
    */
   settle(
     fingerprint: string | null,
-  ): string | null | undefined | Promise<string | null | undefined>;
+  ):
+    | string
+    | null
+    | readonly (string | null)[]
+    | undefined
+    | Promise<string | null | readonly (string | null)[] | undefined>;
   /** The run failed or its result will not be stored. */
   abandon(): void;
 }

@@ -168,8 +168,12 @@ export class JobAuthorization {
    * grant. Part of the fingerprint by construction (it reads the same grant).
    */
   viewerHolds(datatable: string, role: string): boolean {
+    return this.#heldRole(datatable, role) !== undefined;
+  }
+
+  #heldRole(datatable: string, role: string): CatalogRole | undefined {
     const decision = this.#decide({ name: datatable, access: { kind: 'viewer' } });
-    return !('refused' in decision) && decision.roles.some((held) => held.name === role);
+    return 'refused' in decision ? undefined : decision.roles.find((held) => held.name === role);
   }
 
   /**
@@ -234,13 +238,16 @@ export class JobAuthorization {
 
   /**
    * What this job is told when it asks `dependency`, as text: a reference's grant (or refusal),
-   * or whether the viewer holds a role (nothing more: the check reveals nothing more).
+   * or whether the viewer holds a role (and which version of it; not the viewer's other roles,
+   * which the check does not reveal).
    */
   answer(dependency: Dependency): string {
     const question = parseDependency(dependency);
     if ('every' in question) return this.fingerprint;
     if ('ref' in question) return this.#outcome(question.ref);
-    return this.viewerHolds(question.holds.datatable, question.holds.role) ? 'yes' : 'no';
+    const held = this.#heldRole(question.holds.datatable, question.holds.role);
+    // With the role's version: a role disabled and enabled again never brings entries back.
+    return held === undefined ? 'no' : `yes:${held.oid}@${held.version}`;
   }
 
   /** A grant as text: the database and role ids with versions, or the refusal's code. */

@@ -13,7 +13,8 @@ import type { JobAuthorization } from './authorization.js';
  * reads data table A survives a change to B.
  *
  * The key is computed before the run, so the questions are *predicted*: per (workspace,
- * runnable version) this remembers every question its runs have asked (a set that only grows).
+ * runnable version) this remembers every question its runs have asked (a set that only grows);
+ * until a version has run in this process, it predicts every question (the full fingerprint).
  * After a run, its result is stored only if every answer it actually got is still the current
  * answer, and the questions the lookup was keyed on still answer as they did then; it is stored
  * under the fingerprint of the grown set, so the next run finds it. A run that asked something
@@ -45,7 +46,7 @@ export class RunDependencies {
 
   /** The fingerprint over what runs of this job's runnable were seen to depend on. */
   fingerprint(job: Job): string | Promise<string> {
-    const set = this.#learned.get(learnedKey(job)) ?? NOTHING;
+    const set = this.#learned.get(learnedKey(job)) ?? UNKNOWN;
     const authorization = this.#authorizationOf(job);
     if (isThenable(authorization)) {
       return authorization.then((a) => {
@@ -72,7 +73,7 @@ export class RunDependencies {
       return this.#tracking(job, existing);
     }
     const recording = new Recording(
-      this.#learned.get(learnedKey(job)) ?? NOTHING,
+      this.#learned.get(learnedKey(job)) ?? UNKNOWN,
       this.#linked ? this.#parentOf.get(job) : undefined,
     );
     this.#recordings.set(job, recording);
@@ -138,7 +139,7 @@ export class RunDependencies {
     predicted: DependencySet,
     fingerprint: string | null,
     now: JobAuthorization,
-  ): string | undefined {
+  ): string | readonly string[] | undefined {
     if (now.fingerprintOver(predicted) !== fingerprint) return undefined;
     for (const [dependency, answer] of recording.answers) {
       if (now.answer(dependency) !== answer) return undefined;
@@ -146,18 +147,29 @@ export class RunDependencies {
     const key = learnedKey(job);
     const grown = recording.everything
       ? EVERYTHING
-      : union(this.#learned.get(key) ?? NOTHING, predicted, recording.answers.keys());
+      : union(
+          this.#learned.get(key) ?? NOTHING,
+          predicted === UNKNOWN ? NOTHING : predicted,
+          recording.answers.keys(),
+        );
     if (grown !== predicted) {
       if (this.#learned.size >= this.#maxLearned) this.#learned.clear();
       this.#learned.set(key, grown);
     }
-    return now.fingerprintOver(grown);
+    const stored = now.fingerprintOver(grown);
+    // Keyed on everything (this process had not seen the runnable run yet): stored there too, so
+    // other processes that have not either find it.
+    return predicted === UNKNOWN && grown !== EVERYTHING
+      ? [stored, now.fingerprintOver(UNKNOWN)]
+      : stored;
   }
 }
 
 /** What the result cache calls around an executing run (see `FingerprintFn.track`). */
 export interface RunTracking {
-  settle(fingerprint: string | null): string | undefined | Promise<string | undefined>;
+  settle(
+    fingerprint: string | null,
+  ): string | readonly string[] | undefined | Promise<string | readonly string[] | undefined>;
   abandon(): void;
 }
 
@@ -175,6 +187,11 @@ export interface DependencySet {
 
 const NOTHING: DependencySet = Object.freeze({ everything: false, members: Object.freeze([]) });
 const EVERYTHING: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
+/**
+ * A runnable version this process has not seen run: keyed on everything, which every process
+ * agrees on, so the first run of each process can still hit what another stored.
+ */
+const UNKNOWN: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
 
 /** The dependency text of a reference: JSON, so names can never run into each other. */
 export function refDependency(ref: DatatableRef): Dependency {
