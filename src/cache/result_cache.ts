@@ -268,14 +268,16 @@ class ResultCache implements CachedExecutor {
         return computed;
       }
       // A run that depended on more than the lookup predicted is stored where the next looks.
-      for (const fingerprint of Array.isArray(fingerprints)
+      const list = Array.isArray(fingerprints)
         ? (fingerprints as readonly (string | null)[])
-        : [fingerprints as string | null]) {
+        : [fingerprints as string | null];
+      // One result, counted once, however many keys it is stored under.
+      for (const [i, fingerprint] of list.entries()) {
         const into =
           fingerprint === run.fingerprint
             ? run
             : this.#runs.of(job, fingerprint, run.ttlMs, run.passDown);
-        await this.#write(into, json);
+        if (!(await this.#write(into, json, i === 0))) break;
       }
       return computed;
     } finally {
@@ -297,18 +299,20 @@ class ResultCache implements CachedExecutor {
     }
   }
 
-  async #write(run: CacheRun, json: Uint8Array): Promise<void> {
+  /** Whether the store took it; `report` false for a result's second key. */
+  async #write(run: CacheRun, json: Uint8Array, report = true): Promise<boolean> {
     const { job, key, ttlMs } = run;
     try {
       const entry = this.#codec.encode(run.digest, this.#now() + ttlMs, json);
       await this.#store.set(key, entry, ttlMs);
     } catch (err) {
       this.#storeFailed('set', err);
-      this.#report.notStored(job, 'store-failed');
-      return;
+      if (report) this.#report.notStored(job, 'store-failed');
+      return false;
     }
     this.#breaker.answered();
-    this.#report.stored(job, json.byteLength);
+    if (report) this.#report.stored(job, json.byteLength);
+    return true;
   }
 
   #storeFailed(op: 'get' | 'set', thrown: unknown): void {

@@ -87,7 +87,30 @@ class DatatableService implements Datatables {
     const maxConnections = pools.maxConnections ?? 20;
     if (!Number.isInteger(maxConnections) || maxConnections < 1)
       throw new TypeError('pools.maxConnections must be an integer ≥ 1');
-    const { user: _user, password: _password, database: _database, ...loginConfig } = adminConfig;
+    const {
+      user: _user,
+      password: _password,
+      database: _database,
+      ...loginConfig
+    } = options.loginConnection === undefined ? adminConfig : toConfig(options.loginConnection);
+    const statementTimeoutMs = resolveDuration(
+      pools.statementTimeout ?? 0,
+      'pools.statementTimeout',
+    );
+    if (options.transactionPooler === true) {
+      // Nothing session-scoped through a transaction pooler: each statement may meet another
+      // backend. Refused at start rather than failing open per run.
+      if (options.viewerIdentity ?? true) {
+        throw new TypeError(
+          'transactionPooler needs viewerIdentity: false (the viewer identity is bound to one backend for a lease)',
+        );
+      }
+      if (statementTimeoutMs > 0) {
+        throw new TypeError(
+          'transactionPooler cannot carry pools.statementTimeout (a session setting); set statement_timeout on the pooler or the database',
+        );
+      }
+    }
     const logger = this.#logger;
     const events = this.events;
 
@@ -138,7 +161,7 @@ class DatatableService implements Datatables {
       maxConnections,
       acquireTimeoutMs: resolveDuration(pools.acquireTimeout ?? '10s', 'pools.acquireTimeout'),
       idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
-      statementTimeoutMs: resolveDuration(pools.statementTimeout ?? 0, 'pools.statementTimeout'),
+      statementTimeoutMs,
       ...((pools.checkOnRelease ?? true)
         ? { onRelease: (login: string) => this.#leaser.released(login) }
         : {}),

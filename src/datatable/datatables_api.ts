@@ -31,6 +31,22 @@ export interface RawDatatablesOptions {
    * @default `connection`
    */
   listenConnection?: string | pg.ClientConfig;
+  /**
+   * Where data-table *login* connections go, when not where `connection` goes: host, port, ssl
+   * (user, password and database are each login's own and ignored here), e.g. a PgBouncer.
+   * @default `connection`'s host and port
+   */
+  loginConnection?: string | pg.ClientConfig;
+  /**
+   * `loginConnection` is a transaction-mode pooler (PgBouncer `pool_mode = transaction`):
+   * login connections then rely on nothing session-scoped. The viewer identity is bound to a
+   * backend for the life of a lease, which such a pooler cannot give, so `viewerIdentity` must
+   * be `false` (policies then tell viewers apart by role, and `viewer_cache.viewer_email()`
+   * raises); `pools.statementTimeout` is a session setting too and is refused (set it on the
+   * pooler or the database instead).
+   * @default false
+   */
+  transactionPooler?: boolean;
   /** Catalog freshness. */
   catalog?: {
     /**

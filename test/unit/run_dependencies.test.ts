@@ -4,7 +4,6 @@ import type {
   DatatableConnector,
   DatatableLease,
 } from '../../src/connector/datatable_connector.js';
-import type { DatatableRef } from '../../src/connector/datatable_ref.js';
 import { JobAuthorization } from '../../src/datatable/authorization.js';
 import {
   type CatalogDatatable,
@@ -236,19 +235,23 @@ function runnables(gate: Gate): Record<string, RunnableDefinition> {
       throw err;
     }
   };
+  const after = async <T>(then: () => Promise<T> | T): Promise<T> => {
+    await gate();
+    return then();
+  };
   return {
-    none: { cacheTtlS: 60, fn: async () => (await gate(), 'constant') },
+    none: { cacheTtlS: 60, fn: () => after(() => 'constant') },
     a: {
       cacheTtlS: 60,
-      fn: async (_args, ctx) => (await gate(), read(ctx, 'ta', { as: 'viewer' })),
+      fn: (_args, ctx) => after(() => read(ctx, 'ta', { as: 'viewer' })),
     },
     b: {
       cacheTtlS: 60,
-      fn: async (_args, ctx) => (await gate(), read(ctx, 'tb', { as: 'viewer' })),
+      fn: (_args, ctx) => after(() => read(ctx, 'tb', { as: 'viewer' })),
     },
     runnerRole: {
       cacheTtlS: 60,
-      fn: async (_args, ctx) => (await gate(), read(ctx, 'tb', { role: 'b1' })),
+      fn: (_args, ctx) => after(() => read(ctx, 'tb', { role: 'b1' })),
     },
     defaultA: { cacheTtlS: 60, fn: async (_args, ctx) => read(ctx, 'ta', {}) },
     branch: {
