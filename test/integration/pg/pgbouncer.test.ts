@@ -10,7 +10,7 @@ import { type PgBouncer, startPgBouncer } from '../../helpers/pgbouncer.js';
 const ALICE = 'alice@example.com';
 const BOB = 'bob@example.com';
 const CAROL = 'carol@example.com';
-const POOL_SIZE = 3;
+const POOL_SIZE = 2;
 
 let bouncer: PgBouncer;
 let fx: OrdersDb;
@@ -76,15 +76,18 @@ describe('login connections through PgBouncer (transaction mode)', () => {
   });
 
   it('10 processes × 8 concurrent runs: the cluster sees at most the pooler pool per login', async () => {
-    const footprint = async (throughPooler: boolean) => {
+    // pools.size 2 below: each process holds ≤ 2 client connections for the login.
+    const footprint = async (throughPooler: boolean, count = 10) => {
       const processes = await Promise.all(
-        Array.from({ length: 10 }, () =>
+        Array.from({ length: count }, () =>
           fx.open({
             loginConnection: throughPooler
               ? { host: bouncer.host, port: bouncer.port }
               : inject('pgAdminUrl'),
             transactionPooler: throughPooler,
             viewerIdentity: false,
+            // 2 per login pool: ten processes must fit embedded Postgres' 100 connections.
+            pools: { size: 2, prepareAhead: false },
           }),
         ),
       );
@@ -113,8 +116,14 @@ describe('login connections through PgBouncer (transaction mode)', () => {
         await Promise.all(processes.map((d) => d.close()));
       }
     };
+    const one = { direct: await footprint(false, 1), pooled: await footprint(true, 1) };
     const direct = await footprint(false);
     const pooled = await footprint(true);
+    expect(one.direct.server).toBe(one.direct.clientSide);
+    expect(one.pooled.server).toBeLessThanOrEqual(POOL_SIZE);
+    console.log(
+      `footprint, 1 process × 8 concurrent runs of one login: direct ${one.direct.clientSide} client / ${one.direct.server} server connections; through PgBouncer ${one.pooled.clientSide} client / ${one.pooled.server} server`,
+    );
     // Each process opened its own pool of client connections; directly, each is a backend;
     // through PgBouncer the cluster holds at most its pool for that (database, login).
     expect(direct.server).toBe(direct.clientSide);
