@@ -2,7 +2,11 @@ export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
 export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
-export type { FingerprintFn, RawResultCacheOptions } from './cache/result_cache_options.js';
+export type {
+  FingerprintFn,
+  FingerprintTracking,
+  RawResultCacheOptions,
+} from './cache/result_cache_options.js';
 export type {
   DatatableClient,
   DatatableConnector,

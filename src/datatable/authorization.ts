@@ -14,6 +14,7 @@ import type { EmbedViewer } from '../job.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
 import { mayUseRole, resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
+import { type Dependency, type DependencySet, parseDependency } from './run_dependencies.js';
 
 /** The people a job's data-table access is decided for, with their group/folder memberships. */
 export interface JobParties {
@@ -61,6 +62,8 @@ export class JobAuthorization {
   /** Fingerprint parts that depend only on the runner, shared by the jobs of one state. */
   readonly #runnerParts: Map<string, string> | undefined;
   #fingerprint: string | undefined;
+  /** Fingerprints over dependency sets (see run_dependencies.ts), by set. */
+  #fingerprints: WeakMap<DependencySet, string> | undefined;
   /** The viewer's roles by data table (one pass over the workspace's roles), on first use. */
   #viewerRoles: Map<string, CatalogRole[]> | undefined;
 
@@ -198,8 +201,12 @@ export class JobAuthorization {
    * holds no roles of their own: only the roles whose tenants name embed viewers answer true.
    */
   viewerHolds(datatable: string, role: string): boolean {
+    return this.#heldRole(datatable, role) !== undefined;
+  }
+
+  #heldRole(datatable: string, role: string): CatalogRole | undefined {
     const decision = this.#decide({ name: datatable, access: { kind: 'viewer' } });
-    return !('refused' in decision) && decision.roles.some((held) => held.name === role);
+    return 'refused' in decision ? undefined : decision.roles.find((held) => held.name === role);
   }
 
   /**
@@ -245,6 +252,37 @@ export class JobAuthorization {
     }
     const digest = hash('sha256', `${viewerPart.join('\n')}\n--\n${runnerPart}`, 'base64url');
     return `c${state.catalogId};${digest}`;
+  }
+
+  /**
+   * The fingerprint over `set` only: the catalog's id, then the {@link answer} to each of its
+   * questions, hashed. Over the set of every question it is {@link fingerprint}.
+   */
+  fingerprintOver(set: DependencySet): string {
+    if (set.everything) return this.fingerprint;
+    if (set.members.length === 0) return `c${this.#state.catalogId};-`;
+    this.#fingerprints ??= new WeakMap();
+    let fingerprint = this.#fingerprints.get(set);
+    if (fingerprint === undefined) {
+      const parts = set.members.map((dependency) => `${dependency}=${this.answer(dependency)}`);
+      fingerprint = `c${this.#state.catalogId};d${hash('sha256', parts.join('\n'), 'base64url')}`;
+      this.#fingerprints.set(set, fingerprint);
+    }
+    return fingerprint;
+  }
+
+  /**
+   * What this job is told when it asks `dependency`, as text: a reference's grant (or refusal),
+   * or whether the viewer holds a role (and which version of it; not the viewer's other roles,
+   * which the check does not reveal).
+   */
+  answer(dependency: Dependency): string {
+    const question = parseDependency(dependency);
+    if ('every' in question) return this.fingerprint;
+    if ('ref' in question) return this.#outcome(question.ref);
+    const held = this.#heldRole(question.holds.datatable, question.holds.role);
+    // With the role's version: a role disabled and enabled again never brings entries back.
+    return held === undefined ? 'no' : `yes:${held.oid}@${held.version}`;
   }
 
   /** A grant as text: the database and role ids with versions, or the refusal's code. */

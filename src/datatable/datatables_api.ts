@@ -9,6 +9,7 @@ import type { DatatablesEvents } from './datatables_events.js';
 import type { Directory } from './directory.js';
 import type { SetLoginInfo } from './login_gc.js';
 import type { RoleSetStepHook } from './role_set_protocol.js';
+import type { RunTracking } from './run_dependencies.js';
 
 /* The data-table layer's public shape: its options and the Datatables interface. */
 
@@ -30,6 +31,22 @@ export interface RawDatatablesOptions {
    * @default `connection`
    */
   listenConnection?: string | pg.ClientConfig;
+  /**
+   * Where data-table *login* connections go, when not where `connection` goes: host, port, ssl
+   * (user, password and database are each login's own and ignored here), e.g. a PgBouncer.
+   * @default `connection`'s host and port
+   */
+  loginConnection?: string | pg.ClientConfig;
+  /**
+   * `loginConnection` is a transaction-mode pooler (PgBouncer `pool_mode = transaction`):
+   * login connections then rely on nothing session-scoped. The viewer identity is bound to a
+   * backend for the life of a lease, which such a pooler cannot give, so `viewerIdentity` must
+   * be `false` (policies then tell viewers apart by role, and `viewer_cache.viewer_email()`
+   * raises); `pools.statementTimeout` is a session setting too and is refused (set it on the
+   * pooler or the database instead).
+   * @default false
+   */
+  transactionPooler?: boolean;
   /** Catalog freshness. */
   catalog?: {
     /**
@@ -102,10 +119,14 @@ export interface DatatablesTestHooks {
  */
 export interface Datatables extends DatatableConnector {
   /**
-   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: derived from
-   * what every data-table reference would grant the job (see `authorization.ts`).
+   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: what the
+   * data-table references and role checks its runnable was seen to make are granted (see
+   * `run_dependencies.ts`). With `track`, the cache stores each result under what its run
+   * actually depended on.
    */
-  readonly fingerprint: (job: Job) => string | Promise<string>;
+  readonly fingerprint: ((job: Job) => string | Promise<string>) & {
+    readonly track: (job: Job) => RunTracking;
+  };
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
   /** Generation of the catalog state in memory. */

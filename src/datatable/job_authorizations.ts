@@ -10,8 +10,8 @@ const MAX_MEMO = 100_000;
 
 /**
  * The {@link JobAuthorization} of a job, on a catalog state no older than the call (SPEC
- * invariant 10). Both the connection and the cache fingerprint come from here, so they are
- * always decided by the same rules on the same kind of state.
+ * invariant 10). Both the connection and the cache fingerprint (through run_dependencies.ts)
+ * come from here, so they are always decided by the same rules on the same kind of state.
  *
  * With the built-in directory the answer comes from the in-memory catalog and is memoised per
  * state and (role scope, workspace, runner, viewer): a cache hit costs a Map lookup. A plugged-in directory
@@ -58,14 +58,6 @@ export class JobAuthorizations {
       this.#memo.set(memoKey, authorization);
     }
     return authorization;
-  }
-
-  /** The job's authorization fingerprint, for `withResultCache({ fingerprint })`. */
-  fingerprint(job: Job): string | Promise<string> {
-    const authorization = this.of(job);
-    return authorization instanceof JobAuthorization
-      ? authorization.fingerprint
-      : authorization.then((a) => a.fingerprint);
   }
 
   async #slow(job: Job): Promise<JobAuthorization> {

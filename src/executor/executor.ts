@@ -291,6 +291,7 @@ async function runDefinition(
     jobToken: deps.jobToken,
     async runChild(path, childArgs = {}, childOptions) {
       const child = deps.createChild(path, childArgs, childOptions?.cacheTtlS);
+      deps.datatables?.startedChild?.(job, child);
       const result = await deps.dispatcher.run(child);
       return result.value;
     },

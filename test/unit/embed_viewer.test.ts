@@ -311,7 +311,9 @@ describe('embed tenants: an embed viewer has no roles of their own', () => {
           ? ['embed_any,embed_orders', 'E_NO_VIEWER']
           : ['E_NO_VIEWER', 'embed_any,embed_orders'],
       );
-      expect(authorizations.fingerprint(embedded)).not.toBe(authorizations.fingerprint(nobody));
+      expect(fullFingerprint(authorizations, embedded)).not.toBe(
+        fullFingerprint(authorizations, nobody),
+      );
       // Two apps' embed viewers, one runner: two authorizations.
       expect(rolesOf(authorizations.of(embedJob(embed({}, null, 'billing'))))).toBe(
         'embed_any,embed_billing',
@@ -325,3 +327,8 @@ describe('embed tenants: an embed viewer has no roles of their own', () => {
     expect(sets).toEqual(expect.arrayContaining(['103,104', '103,105']));
   });
 });
+
+/** The full (workspace-wide) fingerprint of a job: what every reference would grant it. */
+function fullFingerprint(authorizations: JobAuthorizations, job: Job): string {
+  return (authorizations.of(job) as JobAuthorization).fingerprint;
+}

@@ -304,8 +304,8 @@ describe('the authorization memo keys on the scope (a shared memo would be a lea
         order[0] === undefined ? 'r1,r2,r3' : order[0][0] === 101 ? 'r1' : 'r2',
       );
       expect(names(second)).toBe(order[1] === undefined ? 'r1,r2,r3' : 'r2');
-      expect(authorizations.fingerprint(job(order[0] as number[] | undefined))).not.toBe(
-        authorizations.fingerprint(job(order[1] as number[] | undefined)),
+      expect(fullFingerprint(authorizations, job(order[0] as number[] | undefined))).not.toBe(
+        fullFingerprint(authorizations, job(order[1] as number[] | undefined)),
       );
     }
   });
@@ -314,8 +314,8 @@ describe('the authorization memo keys on the scope (a shared memo would be a lea
     const authorizations = new JobAuthorizations(snapshotOf(stateOf()), null);
     const noViewer = (roleScope?: number[]) =>
       scoped(makeJob({ workspace: WS, runAs: OWNER }), roleScope);
-    const wide = authorizations.fingerprint(noViewer());
-    const narrow = authorizations.fingerprint(noViewer([101]));
+    const wide = fullFingerprint(authorizations, noViewer());
+    const narrow = fullFingerprint(authorizations, noViewer([101]));
     expect(narrow).not.toBe(wide);
     expect(outcome(authorizations.of(noViewer([101])) as JobAuthorization, byName('r4'))).toBe(
       'E_ROLE_NOT_PERMITTED',
@@ -323,3 +323,8 @@ describe('the authorization memo keys on the scope (a shared memo would be a lea
     expect(outcome(authorizations.of(noViewer()) as JobAuthorization, byName('r4'))).toBe('r4');
   });
 });
+
+/** The full (workspace-wide) fingerprint of a job: what every reference would grant it. */
+function fullFingerprint(authorizations: JobAuthorizations, job: Job): string {
+  return (authorizations.of(job) as JobAuthorization).fingerprint;
+}
