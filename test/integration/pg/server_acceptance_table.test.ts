@@ -476,10 +476,10 @@ describe('revoking access (the guide\'s "Revoking access"), on the next run', ()
     }, 5000);
     expectOk(next!, false);
     expect(next!.result).toEqual([]);
-    // Others keep their rows. (Not yet their entries: the app's publisher is a workspace admin
-    // who may use any role by name, and such grants carry every governing change in the
-    // fingerprint, so today every publisher-run entry of the workspace misses once.)
-    expect((await appRun(NORA, 'f/clinics/patients')).result).toEqual(NORAS);
+    // Others keep their rows, and their entries: the change answered only Sam's questions.
+    const nora = await appRun(NORA, 'f/clinics/patients');
+    expectOk(nora, true);
+    expect(nora.result).toEqual(NORAS);
   });
 });
 
