@@ -141,7 +141,7 @@ export class CatalogAdmin {
       try {
         await client.query(`create role ${ident} with nologin`);
       } catch (err) {
-        if ((err as { code?: string }).code === '42710') {
+        if (roleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${name} already exists`);
         }
         throw err;
@@ -168,7 +168,7 @@ export class CatalogAdmin {
           `alter role ${pg.escapeIdentifier(role.name)} rename to ${pg.escapeIdentifier(newName)}`,
         );
       } catch (err) {
-        if ((err as { code?: string }).code === '42710') {
+        if (roleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${newName} already exists`);
         }
         throw err;
@@ -381,6 +381,15 @@ export class CatalogAdmin {
       throw new UnknownRoleError(`no data-table role ${name} in this workspace`);
     return { ...row, oid: Number(row.oid) };
   }
+}
+
+/**
+ * A role name already in use: 42710 when the role was there before, 23505 (a unique violation on
+ * pg_authid's name index) when another transaction created it concurrently and committed first.
+ */
+function roleNameTaken(err: unknown): boolean {
+  const code = (err as { code?: string }).code;
+  return code === '42710' || code === '23505';
 }
 
 function checkWorkspace(workspace: string): void {

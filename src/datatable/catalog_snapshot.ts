@@ -12,7 +12,10 @@ import * as sql from './sql/catalog_reads.js';
 export interface CatalogSnapshotOptions {
   /** Pool on the catalog database (reads). */
   pool: pg.Pool;
-  /** Connection for the dedicated LISTEN client (a direct one: not through a transaction pooler). */
+  /**
+   * Connection for the dedicated LISTEN client (a direct one: not through a transaction pooler).
+   * Its `application_name`, when set, names the backend. @default name `viewer-cache-listener`
+   */
   listenConnection: pg.ClientConfig;
   /** Where `catalog:refreshed` and `catalog:listener` are emitted. */
   events: TypedEmitter<DatatablesEvents>;
@@ -298,7 +301,8 @@ export class CatalogSnapshot {
   async #listen(): Promise<void> {
     const client = new pg.Client({
       ...this.#listenConfig,
-      application_name: 'viewer-cache-listener',
+      // Named, so an operator (or a test) can find each process's one LISTEN backend.
+      application_name: this.#listenConfig.application_name ?? 'viewer-cache-listener',
     });
     client.on('error', (err) => this.#lost(client, err.message));
     client.on('end', () => this.#lost(client, 'connection ended'));

@@ -102,8 +102,11 @@ class DatatableService implements Datatables {
     const catalog = options.catalog ?? {};
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
+      // The admin connection's own application_name (from its URL) does not name the listener.
       listenConnection:
-        options.listenConnection === undefined ? adminConfig : toConfig(options.listenConnection),
+        options.listenConnection === undefined
+          ? { ...adminConfig, application_name: undefined }
+          : toConfig(options.listenConnection),
       events,
       logger,
       heartbeatMs: positive(

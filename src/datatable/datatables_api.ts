@@ -26,7 +26,9 @@ export interface RawDatatablesOptions {
   secretKey: string | Uint8Array;
   /**
    * A direct connection for the catalog's LISTEN client, when `connection` goes through a
-   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process.
+   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process. An
+   * `application_name` given here (in the URL or the config) names the backend in
+   * `pg_stat_activity`; otherwise it is `viewer-cache-listener`.
    * @default `connection`
    */
   listenConnection?: string | pg.ClientConfig;

@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { ViewerCacheError } from '../index.js';
 import { type GlobalOptions, output, withCatalog, workspaceArg } from './cli_context.js';
+import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
@@ -74,6 +75,7 @@ export function buildCli(): Command {
     );
 
   addTokenCommands(program);
+  addGoverningCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles
