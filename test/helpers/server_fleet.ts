@@ -38,32 +38,36 @@ export class ServerFleet {
   static async start(options: FleetOptions): Promise<ServerFleet> {
     const fleet = new ServerFleet(options);
     try {
+      const envs: NodeJS.ProcessEnv[] = [];
       for (let i = 0; i < (options.count ?? 3); i++) {
         const dir = await mkdtemp(join(tmpdir(), 'viewer-cache-fleet-'));
         fleet.#dirs.push(dir);
-        const env = serverEnv({
-          DATABASE_URL: options.databaseUrl,
-          VIEWER_CACHE_SECRET_KEY: options.secretKey,
-          VIEWER_CACHE_DEMO: 'true',
-          VIEWER_CACHE_DEMO_ROLE_PREFIX: options.prefix,
-          VIEWER_CACHE_DATA_DIR: dir,
-          VIEWER_CACHE_SCHEDULE_MS: '86400000',
-          // A loaded machine must not turn hits into uncached runs.
-          VIEWER_CACHE_REDIS_TIMEOUT_MS: '5000',
-          HOST: '127.0.0.1',
-          PORT: String(await freePort()),
-          LOG_LEVEL: 'warn',
-          ...(options.redisUrl === undefined
-            ? {}
-            : {
-                REDIS_URL: options.redisUrl,
-                VIEWER_CACHE_REDIS_PREFIX: options.redisPrefix ?? `vc-fleet:${options.prefix}`,
-              }),
-          ...options.env,
-        });
-        if (i === 0) fleet.cliEnv = env;
-        fleet.servers.push(new ServerProcess(env));
+        envs.push(
+          serverEnv({
+            DATABASE_URL: options.databaseUrl,
+            VIEWER_CACHE_SECRET_KEY: options.secretKey,
+            VIEWER_CACHE_DEMO: 'true',
+            VIEWER_CACHE_DEMO_ROLE_PREFIX: options.prefix,
+            VIEWER_CACHE_DATA_DIR: dir,
+            VIEWER_CACHE_SCHEDULE_MS: '86400000',
+            // A loaded machine must not turn hits into uncached runs.
+            VIEWER_CACHE_REDIS_TIMEOUT_MS: '5000',
+            HOST: '127.0.0.1',
+            PORT: String(await freePort()),
+            LOG_LEVEL: 'warn',
+            ...(options.redisUrl === undefined
+              ? {}
+              : {
+                  REDIS_URL: options.redisUrl,
+                  VIEWER_CACHE_REDIS_PREFIX: options.redisPrefix ?? `vc-fleet:${options.prefix}`,
+                }),
+            ...options.env,
+          }),
+        );
       }
+      fleet.cliEnv = envs[0]!;
+      // Spawned in one tight loop, so their start-ups overlap as much as they can.
+      for (const env of envs) fleet.servers.push(new ServerProcess(env));
       const ready = await Promise.all(fleet.servers.map((server) => server.ready));
       fleet.urls.push(...ready.map((answer) => answer.url));
       return fleet;
