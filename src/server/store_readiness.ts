@@ -21,7 +21,7 @@ export function redisReadiness(client: Redis | Cluster, timeoutMs: number): () =
     if (masters.length === 0) return 'down';
     const states = await Promise.all(
       masters.map(async (node) => {
-        if (node.status !== 'ready') return 'down';
+        // Node connections are lazy (status `wait` until first used): ask, within the timeout.
         const info = await answer(node.cluster('INFO') as Promise<unknown>, timeoutMs);
         if (typeof info !== 'string') return 'down';
         return /^cluster_state:(\w+)/m.exec(info)?.[1] ?? 'down';
