@@ -43,6 +43,8 @@ type State = 'granted' | 'revoked' | 'other';
 
 export interface PropagationScene {
   readonly admin: Datatables;
+  /** A superuser connection to the shared database. */
+  readonly sql: pg.Client;
   measure(kind: ChangeKind, direction: Direction, boundMs: number): Promise<ChangeSample>;
   close(): Promise<void>;
 }
@@ -125,6 +127,7 @@ export async function propagationScene(
 
   return {
     admin,
+    sql,
     async measure(kind, direction, boundMs) {
       const before: State = direction === 'revoke' ? 'granted' : 'revoked';
       const after: State = direction === 'revoke' ? 'revoked' : 'granted';

@@ -110,6 +110,17 @@ async function propagationOn(redisUrl: string | undefined, redisPrefix: string) 
   });
   const scene = await propagationScene(fleet, { databaseUrl: db.url, prefix, secretKey });
   try {
+    // One LISTEN connection per server process, named with its pid.
+    const { rows } = await scene.sql.query<{ name: string; n: number }>(
+      `select application_name as name, count(*)::int as n from pg_stat_activity
+        where datname = current_database() and application_name like 'viewer-cache-listener %'
+        group by 1 order by 1`,
+    );
+    expect(rows).toEqual(
+      fleet.servers
+        .map((server) => ({ name: `viewer-cache-listener ${server.pid}`, n: 1 }))
+        .sort((a, b) => a.name.localeCompare(b.name)),
+    );
     // The CLI lists the table it declared.
     const listed = await runCliJson<{ table: string; viewerColumn: string }[]>(fleet.cliEnv, [
       'governing',
