@@ -11,7 +11,10 @@
  * yet). Also counted: runs that started after the change returned and still answered the old
  * state, and runs still old after `--bound` ms (goal: 0).
  *
- * Standalone: `npx tsx bench/propagation_bench.ts [--trials 30] [--cluster] [--bound 1000]`
+ * With `--await`, the admin process waits for every server's acknowledgement before a change
+ * returns (`catalog.awaitPropagation`, as the CLI does); the time that adds is reported.
+ *
+ * Standalone: `npx tsx bench/propagation_bench.ts [--trials 30] [--cluster] [--bound 1000] [--await]`
  * (DATABASE_URL or an embedded PostgreSQL; REDIS_URL or 127.0.0.1:6379; `--cluster` needs
  * `redis-server` and `redis-cli`). Not part of `npm run bench`: it spawns three servers.
  */
@@ -34,6 +37,8 @@ import { benchPostgres } from './postgres_fixture.js';
 export interface PropagationRow {
   readonly kind: ChangeKind;
   readonly changes: number;
+  /** p50 of how long a change took to return to its caller. */
+  readonly changeP50Ms: number;
   readonly p50Ms: number;
   readonly p99Ms: number;
   readonly maxMs: number;
@@ -50,6 +55,8 @@ export async function propagationBench(options: {
   trials: number;
   cluster: boolean;
   boundMs: number;
+  /** The admin process waits for every server's acknowledgement (as the CLI does). */
+  awaitPropagation: boolean;
 }): Promise<PropagationRow[]> {
   const postgres = await benchPostgres();
   const prefix = `vcp${process.pid}_`;
@@ -66,7 +73,12 @@ export async function propagationBench(options: {
     await postgres.createDatabase(database);
     const databaseUrl = postgres.url(database);
     fleet = await ServerFleet.start({ databaseUrl, prefix, secretKey, redisUrl, redisPrefix });
-    const scene = await propagationScene(fleet, { databaseUrl, prefix, secretKey });
+    const scene = await propagationScene(fleet, {
+      databaseUrl,
+      prefix,
+      secretKey,
+      awaitPropagation: options.awaitPropagation,
+    });
     const samples: ChangeSample[] = [];
     try {
       for (let trial = 0; trial < options.trials; trial++) {
@@ -88,6 +100,10 @@ export async function propagationBench(options: {
       return {
         kind,
         changes: mine.length,
+        changeP50Ms: percentile(
+          mine.map((s) => s.changeMs),
+          50,
+        ),
         p50Ms: percentile(latencies, 50),
         p99Ms: percentile(latencies, 99),
         maxMs: Math.max(...latencies),
@@ -124,6 +140,7 @@ export function propagationTable(rows: readonly PropagationRow[], boundMs: numbe
     [
       'change',
       'changes',
+      'change returns p50 ms',
       'p50 ms',
       'p99 ms',
       'max ms',
@@ -137,6 +154,7 @@ export function propagationTable(rows: readonly PropagationRow[], boundMs: numbe
     rows.map((row) => [
       row.kind,
       String(row.changes),
+      ms(row.changeP50Ms),
       ms(row.p50Ms),
       ms(row.p99Ms),
       ms(row.maxMs),
@@ -160,10 +178,11 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     trials: value('--trials', 30),
     cluster: args.includes('--cluster'),
     boundMs: value('--bound', 1000),
+    awaitPropagation: args.includes('--await'),
   };
   const rows = await propagationBench(options);
   console.log(
-    `Propagation across 3 server processes (${options.cluster ? '3-master Redis Cluster' : 'one Redis'}), ${options.trials} trials per kind and direction:\n`,
+    `Propagation across 3 server processes (${options.cluster ? '3-master Redis Cluster' : 'one Redis'}${options.awaitPropagation ? ', admin awaits acknowledgements' : ''}), ${options.trials} trials per kind and direction:\n`,
   );
   console.log(propagationTable(rows, options.boundMs));
   const worst = Math.max(...rows.map((row) => row.p99Ms));

@@ -14,6 +14,7 @@ import {
 } from './governing.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { withClient, withPooledClient } from './pg_clients.js';
+import type { PropagationWatch } from './propagation_acks.js';
 import type { RoleSetProtocol } from './role_set_protocol.js';
 import * as sql from './sql/catalog_writes.js';
 import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from './sql/logins.js';
@@ -45,6 +46,11 @@ export interface CatalogAdminOptions {
    * serving its in-memory catalog before its own NOTIFY comes back.
    */
   onCommitted?: (generation: number) => void;
+  /**
+   * When given, each change waits after its commit until every other process acknowledged it
+   * (catalog.awaitPropagation; propagation_acks.ts).
+   */
+  watchPropagation?: () => Promise<PropagationWatch | null>;
   /** Called after a data table is registered, to install what policies may call there. */
   onDatatableCreated?: (database: string) => Promise<void> | undefined;
   logger?: Logger;
@@ -354,6 +360,17 @@ export class CatalogAdmin {
 
   /** Runs `fn` in a transaction that ends with a generation bump + NOTIFY. */
   async #change(fn: (client: pg.PoolClient) => Promise<void>): Promise<CatalogChange> {
+    const watch = (await this.#options.watchPropagation?.()) ?? null;
+    try {
+      const generation = await this.#commit(fn);
+      await watch?.wait(generation);
+      return { generation };
+    } finally {
+      watch?.close();
+    }
+  }
+
+  async #commit(fn: (client: pg.PoolClient) => Promise<void>): Promise<number> {
     const generation = await withPooledClient(this.#pool, async (client) => {
       await client.query('begin');
       try {
@@ -367,7 +384,7 @@ export class CatalogAdmin {
       }
     });
     this.#options.onCommitted?.(generation);
-    return { generation };
+    return generation;
   }
 
   async #findRole(

@@ -171,6 +171,9 @@ class DatatableService implements Datatables {
         this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      ...(catalog.awaitPropagation === true
+        ? { watchPropagation: () => this.#snapshot.watchPropagation() }
+        : {}),
       onDatatableCreated: (database) => this.#identities?.install(database),
       logger,
     });

@@ -43,6 +43,14 @@ export interface RawDatatablesOptions {
     heartbeat?: Duration;
     /** @default '1s' */
     heartbeatTimeout?: Duration;
+    /**
+     * Each admin change returns only once every other live process acknowledged it (at most
+     * `heartbeat + heartbeatTimeout`), so any run that starts anywhere after it returns sees the
+     * change. Costs the slowest process's notification round trip per change (milliseconds);
+     * every process acknowledges either way. Changes to governing tables' rows, made by other
+     * connections, are not covered. @default false
+     */
+    awaitPropagation?: boolean;
   };
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;

@@ -25,6 +25,8 @@ const CONFIRM_RUNS = 3;
 export interface ChangeSample {
   readonly kind: ChangeKind;
   readonly direction: Direction;
+  /** How long the change itself took to return to its caller. */
+  readonly changeMs: number;
   /** Per server: first run reflecting the change, started this long after the change returned (≥ 0). */
   readonly perServerMs: number[];
   /** The slowest server: every process's next run reflects the change after this. */
@@ -55,7 +57,13 @@ export interface PropagationScene {
  */
 export async function propagationScene(
   fleet: ServerFleet,
-  options: { databaseUrl: string; prefix: string; secretKey: string },
+  options: {
+    databaseUrl: string;
+    prefix: string;
+    secretKey: string;
+    /** The admin process waits for every server's acknowledgement (as the CLI does). */
+    awaitPropagation?: boolean;
+  },
 ): Promise<PropagationScene> {
   const emea = `${options.prefix}sales_emea`;
   const amer = `${options.prefix}sales_amer`;
@@ -89,6 +97,7 @@ export async function propagationScene(
   const admin = await createDatatables({
     connection: options.databaseUrl,
     secretKey: options.secretKey,
+    catalog: { awaitPropagation: options.awaitPropagation ?? false },
   });
   const token = demoToken(options.secretKey, ALICE);
 
@@ -134,6 +143,7 @@ export async function propagationScene(
       // Every server answers the old state (and has cached it) before the change.
       const deadline = performance.now() + 30_000;
       await Promise.all(fleet.urls.map((url) => settle(url, before, deadline)));
+      const started = performance.now();
       await apply(kind, direction);
       const confirmed = performance.now();
       const perServer = await Promise.all(
@@ -166,6 +176,7 @@ export async function propagationScene(
       return {
         kind,
         direction,
+        changeMs: confirmed - started,
         perServerMs: perServer.map((s) => s.firstMs),
         latencyMs: Math.max(...perServer.map((s) => s.firstMs)),
         staleAfterConfirm: sum((s) => s.staleAfterConfirm),

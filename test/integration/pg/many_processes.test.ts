@@ -108,7 +108,15 @@ async function propagationOn(redisUrl: string | undefined, redisPrefix: string) 
     secretKey,
     ...(redisUrl === undefined ? {} : { redisUrl, redisPrefix }),
   });
-  const scene = await propagationScene(fleet, { databaseUrl: db.url, prefix, secretKey });
+  // The admin process waits for acknowledgements, as the CLI does: from its return on, no run
+  // anywhere may answer the old state (entitlement rows are written by a plain connection, so
+  // for them the stated bound applies).
+  const scene = await propagationScene(fleet, {
+    databaseUrl: db.url,
+    prefix,
+    secretKey,
+    awaitPropagation: true,
+  });
   try {
     // One LISTEN connection per server process, named with its pid.
     const { rows } = await scene.sql.query<{ name: string; n: number }>(
@@ -135,6 +143,9 @@ async function propagationOn(redisUrl: string | undefined, redisPrefix: string) 
           const sample = await scene.measure(kind, direction, BOUND_MS);
           expect(sample.perServerMs, `${kind} ${direction}`).toHaveLength(fleet.urls.length);
           expect(sample.staleAfterBound, `${kind} ${direction}: stale after the bound`).toBe(0);
+          if (kind !== 'entitlement') {
+            expect(sample.staleAfterConfirm, `${kind} ${direction}: stale after return`).toBe(0);
+          }
         }
       }
     }
