@@ -41,6 +41,9 @@ export class PropagationAcks {
   #ownPid = 0;
   #listening: Promise<unknown> | null = null;
   readonly #watchers = new Set<Watcher>();
+  /** The newest generation to acknowledge once the acknowledgement in flight is done. */
+  #ackNext: number | null = null;
+  #ackInFlight = false;
 
   constructor(pool: pg.Pool, boundMs: number) {
     this.#pool = pool;
@@ -55,6 +58,8 @@ export class PropagationAcks {
     const { rows } = await client.query<{ pid: number }>(HOLD_LISTENER_LOCK);
     this.#ownPid = rows[0]!.pid;
     if (this.#watchers.size > 0) await this.#listen(client);
+    this.#ackInFlight = false;
+    this.#ackNext = null;
   }
 
   /** An acknowledgement arrived on the listener. */
@@ -62,11 +67,29 @@ export class PropagationAcks {
     for (const watcher of this.#watchers) watcher(pid, generation);
   }
 
-  /** Acknowledges a catalog notification: call only once the memory is no longer trusted. */
+  /**
+   * Acknowledges a catalog notification: call only once the memory is no longer trusted. One
+   * acknowledgement in flight at a time, the newest generation next: a flood of notifications
+   * (anyone may NOTIFY) costs each process one query at a time, not one per notification.
+   */
   acknowledge(client: pg.Client, generation: number): void {
-    void client.query('select pg_notify($1, $2)', [ACK_CHANNEL, String(generation)]).catch(() => {
-      // The listener is going away: it is reported lost elsewhere, and fails closed meanwhile.
-    });
+    if (this.#ackInFlight) {
+      this.#ackNext = Math.max(this.#ackNext ?? 0, generation);
+      return;
+    }
+    this.#ackInFlight = true;
+    client.query('select pg_notify($1, $2)', [ACK_CHANNEL, String(generation)]).then(
+      () => {
+        this.#ackInFlight = false;
+        const next = this.#ackNext;
+        this.#ackNext = null;
+        if (next !== null && this.#client === client) this.acknowledge(client, next);
+      },
+      () => {
+        // The listener is going away: it is reported lost elsewhere, and fails closed meanwhile.
+        this.#ackInFlight = false;
+      },
+    );
   }
 
   /** Starts collecting acknowledgements (before the change commits); null without a listener. */
