@@ -127,8 +127,11 @@ class DatatableService implements Datatables {
     const catalog = options.catalog ?? {};
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
+      // The admin connection's own application_name (from its URL) does not name the listener.
       listenConnection:
-        options.listenConnection === undefined ? adminConfig : toConfig(options.listenConnection),
+        options.listenConnection === undefined
+          ? { ...adminConfig, application_name: undefined }
+          : toConfig(options.listenConnection),
       events,
       logger,
       heartbeatMs: positive(
@@ -197,6 +200,9 @@ class DatatableService implements Datatables {
         this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      ...(catalog.awaitPropagation === true
+        ? { watchPropagation: () => this.#snapshot.watchPropagation() }
+        : {}),
       onDatatableCreated: (database) => this.#identities?.install(database),
       logger,
     });

@@ -27,7 +27,9 @@ export interface RawDatatablesOptions {
   secretKey: string | Uint8Array;
   /**
    * A direct connection for the catalog's LISTEN client, when `connection` goes through a
-   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process.
+   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process. An
+   * `application_name` given here (in the URL or the config) names the backend in
+   * `pg_stat_activity`; otherwise it is `viewer-cache-listener`.
    * @default `connection`
    */
   listenConnection?: string | pg.ClientConfig;
@@ -58,6 +60,14 @@ export interface RawDatatablesOptions {
     heartbeat?: Duration;
     /** @default '1s' */
     heartbeatTimeout?: Duration;
+    /**
+     * Each admin change returns only once every other live process acknowledged it (at most
+     * `heartbeat + heartbeatTimeout`), so any run that starts anywhere after it returns sees the
+     * change. Costs the slowest process's notification round trip per change (milliseconds);
+     * every process acknowledges either way. Changes to governing tables' rows, made by other
+     * connections, are not covered. @default false
+     */
+    awaitPropagation?: boolean;
   };
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;

@@ -2,6 +2,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { ViewerCacheError } from '../index.js';
 import { type GlobalOptions, output, withCatalog, workspaceArg } from './cli_context.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
+import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
@@ -76,6 +77,7 @@ export function buildCli(): Command {
 
   addTokenCommands(program);
   addEmbedKeyCommands(program);
+  addGoverningCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles

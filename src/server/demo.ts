@@ -149,6 +149,29 @@ export async function seedDemo(options: {
   secretKey: string;
   rolePrefix?: string;
 }): Promise<{ tokens: Record<string, string>; roles: { emea: string; amer: string } }> {
+  const client = new pg.Client({ connectionString: options.databaseUrl });
+  // A connection dying mid-seed fails the query in flight; without a listener it would also be
+  // an unhandled 'error' event.
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    // Several servers started together on a fresh database would otherwise race on every step
+    // (CREATE ROLE, CREATE SCHEMA, policies): one seeds, the others wait, then find it done.
+    // A session lock, released when this connection ends, however the seed ends.
+    await client.query('select pg_advisory_lock($1)', [DEMO_SEED_LOCK.toString()]);
+    return await seedLocked(client, options);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** Serialises demo seeding across processes ('vcdemo' in ASCII). */
+const DEMO_SEED_LOCK = 0x7663_6465_6d6fn;
+
+async function seedLocked(
+  client: pg.Client,
+  options: Parameters<typeof seedDemo>[0],
+): Promise<{ tokens: Record<string, string>; roles: { emea: string; amer: string } }> {
   const { datatables, databaseUrl, tokens, secretKey } = options;
   const admin = datatables.admin;
   const emea = `${options.rolePrefix ?? ''}sales_emea`;
@@ -164,11 +187,6 @@ export async function seedDemo(options: {
   if (!existing.has(amer))
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
-  const client = new pg.Client({ connectionString: databaseUrl });
-  // A connection dying mid-seed fails the query in flight; without a listener it would also be
-  // an unhandled 'error' event.
-  client.on('error', () => {});
-  await client.connect();
   try {
     await client.query('begin');
     await client.query('create schema if not exists demo');
@@ -201,8 +219,6 @@ export async function seedDemo(options: {
   } catch (err) {
     await client.query('rollback').catch(() => {});
     throw err;
-  } finally {
-    await client.end();
   }
 
   await seedClinics({

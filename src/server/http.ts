@@ -61,8 +61,8 @@ export interface HttpDeps {
   };
   /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
   recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
-  /** Checks the cache store (Redis) answers; absent for the in-process store. */
-  pingStore?: () => Promise<void>;
+  /** The cache store's readiness, `ok` or its state (store_readiness.ts); absent in process. */
+  storeState?: () => Promise<string>;
   /** Largest request body accepted. @default 65536 */
   bodyLimit?: number;
   /** Longest a client may take to send a whole request (ms). @default 10000 */
@@ -352,12 +352,7 @@ export function buildHttpApp(deps: HttpDeps) {
       () => (checks['postgres'] = 'ok'),
       () => (checks['postgres'] = 'down'),
     );
-    if (deps.pingStore) {
-      await deps.pingStore().then(
-        () => (checks['redis'] = 'ok'),
-        () => (checks['redis'] = 'down'),
-      );
-    }
+    if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
     const ok = Object.values(checks).every((value) => value === 'ok');
     return reply.status(ok ? 200 : 503).send({ ok, checks });
   });

@@ -28,6 +28,7 @@ import { Outbox } from './outbox.js';
 import { PerRecipientRuns } from './per_recipient_runs.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
+import { redisReadiness } from './store_readiness.js';
 import { ApiTokens, JobTokens } from './tokens.js';
 
 /**
@@ -128,6 +129,12 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     const datatables: Datatables = await createDatatables({
       connection: database.url,
+      // One LISTEN connection per process, named with the pid so each is found in
+      // pg_stat_activity; direct to Postgres when DATABASE_URL is a transaction pooler.
+      listenConnection: {
+        connectionString: config.listenUrl ?? database.url,
+        application_name: `viewer-cache-listener ${process.pid}`,
+      },
       secretKey,
       logger,
     });
@@ -142,7 +149,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     await migrateServer(pool);
 
     let store: CacheStore;
-    let pingStore: (() => Promise<void>) | undefined;
+    let storeState: (() => Promise<string>) | undefined;
     if (config.redisUrl !== null) {
       const redis = openRedis(config);
       redis.on('error', (err: Error) =>
@@ -154,9 +161,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         prefix: config.redisPrefix,
         commandTimeout: config.redisTimeoutMs,
       });
-      pingStore = async () => {
-        await redis.ping();
-      };
+      storeState = redisReadiness(redis, config.redisTimeoutMs);
     } else {
       store = new MemoryCacheStore();
     }
@@ -192,9 +197,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         databaseUrl: database.url,
         tokens: apiTokens,
         secretKey,
-        ...(process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX']
-          ? { rolePrefix: process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] }
-          : {}),
+        rolePrefix: config.demoRolePrefix,
       });
       demoTokens = seeded.tokens;
     }
@@ -234,7 +237,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       requestTimeoutMs: config.requestTimeoutMs,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
-      ...(pingStore ? { pingStore } : {}),
+      ...(storeState ? { storeState } : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
