@@ -13,6 +13,8 @@ PG_SUPERPASS=${PG_SUPERPASS:-ci-superuser-pw}
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || need+=(postgresql)
+# The PgBouncer suite starts private instances of it (test/helpers/pgbouncer.ts).
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || need+=(pgbouncer)
 if ((${#need[@]})); then
   apt-get update >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2

@@ -77,10 +77,16 @@ export async function churnBench(
   const datatables = await createDatatables({ connection: url, secretKey: SECRET });
   try {
     await seed(datatables, url, prefix);
+    const roles = Array.from({ length: ROLES }, (_, r) => `${prefix}c${r}`);
     const executor: JobExecutor = {
-      // What each viewer may see is theirs alone; no data-table lease is needed to measure keys.
+      // The run asks which roles of `main` its viewer holds: the same answers (role set and
+      // versions) a `?as=viewer` lease depends on, without opening 10 000 viewers' connections.
       async run(job: Job) {
-        const value = { viewer: job.perms.endUserEmail };
+        const held: string[] = [];
+        for (const role of roles) {
+          if (await datatables.viewerHolds!(job, 'main', role)) held.push(role);
+        }
+        const value = { viewer: job.perms.endUserEmail, held };
         const json = new TextEncoder().encode(JSON.stringify(value));
         return { jobId: job.id, fromCache: false, value, json: () => json };
       },

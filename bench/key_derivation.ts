@@ -5,13 +5,34 @@
  */
 import { hash } from 'node:crypto';
 import stableStringify from 'fast-json-stable-stringify';
-import { cachedResultPath } from '../src/index.js';
+import { cachedResultPath, recordViewerIdentity } from '../src/index.js';
 import type { ScenarioSet, SizeFixture } from './fixtures.js';
 
 export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
   const { jobs } = fx;
   const n = jobs.length;
+  // The same jobs made with a scoped API key (issue 9 §4): the scope is an eighth key element.
+  const scoped = jobs.map((job) => ({
+    ...job,
+    perms: { ...job.perms, roleScope: [16384, 16390] },
+  }));
   let sink = 0;
+  // The same jobs for embed viewers (one frozen viewer per job, as recordViewerIdentity leaves
+  // it), so the row shows the cost of the object viewer element.
+  const embedJobs = jobs.map((job, i) => ({
+    ...job,
+    perms: {
+      ...job.perms,
+      ...recordViewerIdentity({
+        kind: 'embed',
+        viewer: {
+          app: 'orders',
+          attributes: { customer_id: `c-${i % 97}`, region: 'eu', tier: 'gold' },
+          email: null,
+        },
+      }),
+    },
+  }));
   return {
     scenarios: [
       {
@@ -30,6 +51,22 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
         async: false,
         op: (i: number) => {
           sink ^= cachedResultPath(jobs[i % n]!).length;
+        },
+      },
+      {
+        id: 'key_derivation_scoped',
+        label: '`cachedResultPath`, ten-field args, a two-role scope',
+        async: false,
+        op: (i: number) => {
+          sink ^= cachedResultPath(scoped[i % n]!).length;
+        },
+      },
+      {
+        id: 'key_derivation_embed',
+        label: '`cachedResultPath`, ten-field args, an embed viewer with three attributes',
+        async: false,
+        op: (i: number) => {
+          sink ^= cachedResultPath(embedJobs[i % n]!).length;
         },
       },
     ],

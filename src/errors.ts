@@ -236,6 +236,42 @@ export const RoleRequiredError = defineError(
 );
 export type RoleRequiredError = InstanceType<typeof RoleRequiredError>;
 
+/**
+ * An embed assertion was refused: malformed, not a JWT, signed with an algorithm outside the
+ * allow-list (`alg: none` included), by an unknown key or not by the key it names, of the wrong
+ * type, or with missing or ill-typed claims or attributes. The host must sign a new one.
+ */
+export const EmbedInvalidError = defineError(
+  'E_EMBED_INVALID',
+  'EmbedInvalidError',
+  'the embed link is not valid',
+  401,
+);
+export type EmbedInvalidError = InstanceType<typeof EmbedInvalidError>;
+/** The embed assertion expired (or is older than the verifier's maximum lifetime). */
+export const EmbedExpiredError = defineError(
+  'E_EMBED_EXPIRED',
+  'EmbedExpiredError',
+  'the embed link has expired; ask the host for a new one',
+  401,
+);
+export type EmbedExpiredError = InstanceType<typeof EmbedExpiredError>;
+/** The embed assertion was signed for another workspace or another app. */
+export const EmbedAudienceError = defineError(
+  'E_EMBED_AUDIENCE',
+  'EmbedAudienceError',
+  'the embed link was signed for another workspace or app',
+  401,
+);
+export type EmbedAudienceError = InstanceType<typeof EmbedAudienceError>;
+/** The key that signed the embed assertion has been revoked. */
+export const EmbedRevokedError = defineError(
+  'E_EMBED_REVOKED',
+  'EmbedRevokedError',
+  'the key that signed this embed link was revoked',
+  401,
+);
+export type EmbedRevokedError = InstanceType<typeof EmbedRevokedError>;
 /** `invalidate` was called on a cache whose store keeps no epochs (a plain Redis or memory store). */
 export const InvalidationUnsupportedError = defineError(
   'E_INVALIDATION_UNSUPPORTED',
@@ -270,6 +306,10 @@ export const errors = {
   E_INVALIDATION_UNSUPPORTED: InvalidationUnsupportedError,
   E_NO_VIEWER_ATTRIBUTE: NoViewerAttributeError,
   E_ROLE_REQUIRED: RoleRequiredError,
+  E_EMBED_INVALID: EmbedInvalidError,
+  E_EMBED_EXPIRED: EmbedExpiredError,
+  E_EMBED_AUDIENCE: EmbedAudienceError,
+  E_EMBED_REVOKED: EmbedRevokedError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

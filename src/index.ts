@@ -2,7 +2,11 @@ export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
 export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
-export type { FingerprintFn, RawResultCacheOptions } from './cache/result_cache_options.js';
+export type {
+  FingerprintFn,
+  FingerprintTracking,
+  RawResultCacheOptions,
+} from './cache/result_cache_options.js';
 export type {
   DatatableClient,
   DatatableConnector,
@@ -31,12 +35,31 @@ export type { Directory, MembershipKind, Principals } from './datatable/director
 export type { GoverningTableInfo } from './datatable/governing.js';
 export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/migrations.js';
 export type { ByteSize, Duration } from './duration.js';
+export type {
+  EmbedAlgorithm,
+  EmbedKey,
+  EmbedKeySource,
+  EmbedVerifier,
+  RawEmbedVerifierOptions,
+} from './embed/embed_assertion.js';
+export {
+  createEmbedVerifier,
+  EMBED_ALGORITHMS,
+  EMBED_TOKEN_TYPE,
+  embedAudience,
+} from './embed/embed_assertion.js';
+export type { EmbedClaims, EmbedKeyPair } from './embed/embed_signing.js';
+export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js';
 export type { ErrorCode } from './errors.js';
 export {
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,
   DatatableUnavailableError,
+  EmbedAudienceError,
+  EmbedExpiredError,
+  EmbedInvalidError,
+  EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
   errors,
@@ -74,6 +97,7 @@ export type {
 } from './executor/executor.js';
 export { createExecutor } from './executor/executor.js';
 export type {
+  EmbedViewer,
   Job,
   JobExecutor,
   JobPerms,
@@ -81,8 +105,15 @@ export type {
   RunnableRef,
   RunOptions,
   RunOrigin,
+  ViewerIdentityOfRun,
 } from './job.js';
-export { recordViewer, WORKSPACE_PATTERN, WORKSPACE_RE } from './job.js';
+export {
+  recordRoleScope,
+  recordViewer,
+  recordViewerIdentity,
+  WORKSPACE_PATTERN,
+  WORKSPACE_RE,
+} from './job.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';

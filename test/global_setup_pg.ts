@@ -147,6 +147,7 @@ async function createTemplate(adminUrl: string): Promise<string> {
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
   const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+  pool.on('error', () => {});
   try {
     await migrateCatalog(pool);
   } finally {

@@ -1,6 +1,14 @@
 import { hash } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
-import { type Job, WORKSPACE_RE } from '../job.js';
+
+import {
+  canonicalEmbedViewer,
+  canonicalRoleScope,
+  type EmbedViewer,
+  type Job,
+  WORKSPACE_RE,
+} from '../job.js';
+
 import { canonicalArgs, jsonString } from './canonical_json.js';
 
 /** Bumped whenever the encoding below changes, so old and new keys never meet. */
@@ -14,9 +22,18 @@ const KEY_FORMAT = 1;
  * different inputs (however their characters are arranged) produce the same text. The viewer is
  * `perms.endUserEmail`; `null` (no viewer) encodes as JSON `null`, distinct from `""`, `"null"`
  * and every email. `fingerprint` is an opaque authorization fingerprint; `undefined` ≡ `null`.
+ * A job with a role scope (`perms.roleScope`, a scoped API key) appends it as an eighth element,
+ * its sorted ids: the array's length tells scoped from unscoped, and `[]` from any other scope,
+ * so the encoding stays injective while every unscoped key stays byte-identical to before (no
+ * format bump, no mass miss on upgrade).
+ * An embed viewer (`perms.embed`, with `endUserEmail` null) encodes as a JSON *object* —
+ * `{"app":…,"attributes":{sorted},"email":…|null,"kind":"embed"}`, its verified claims and
+ * never the token — which no string or `null` can equal: two embeds differing in any attribute,
+ * their email or app never share an entry, nor share one with a signed-in user or with nobody.
+ * Keys of runs without an embed viewer are byte-identical to before (no format bump).
  *
  * @throws {ArgsNotJsonError} when args hold a value JSON cannot carry faithfully.
- * @throws {InvalidJobError} when the workspace, runnable or viewer is malformed.
+ * @throws {InvalidJobError} when the workspace, runnable, viewer or role scope is malformed.
  */
 export function cachedResultPath(job: Job, fingerprint?: string | null): string {
   return keyName(job.workspace, keyDigest(canonicalKeyInput(job, fingerprint)));
@@ -64,11 +81,35 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
   if (fingerprint !== undefined && fingerprint !== null && typeof fingerprint !== 'string') {
     throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
+  const scope = canonicalRoleScope(perms.roleScope);
+  const embed = perms.embed;
+  if (embed !== undefined && viewer !== null) {
+    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+  }
   // jsonString is JSON.stringify with a fast path for text that needs no escaping (a property
   // test holds the two equal); the workspace, matched above, never needs any.
   return (
     `[${KEY_FORMAT},"${workspace}",${jsonString(runnable.path)},${jsonString(runnable.hash)},` +
-    `${viewer === null ? 'null' : jsonString(viewer)},` +
-    `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}]`
+    `${embed !== undefined ? embedViewerJson(embed) : viewer === null ? 'null' : jsonString(viewer)},` +
+    `${fingerprint == null ? 'null' : jsonString(fingerprint)},${canonicalArgs(job.args)}` +
+    `${scope === undefined ? '' : `,[${scope.join(',')}]`}]`
   );
+}
+
+const embedJson = new WeakMap<EmbedViewer, string>();
+
+/** The canonical JSON of an embed viewer (memoised per checked, frozen viewer object). */
+function embedViewerJson(viewer: EmbedViewer): string {
+  const canonical = canonicalEmbedViewer(viewer);
+  let text = embedJson.get(canonical);
+  if (text === undefined) {
+    const attributes = Object.keys(canonical.attributes)
+      .map((name) => `${jsonString(name)}:${jsonString(canonical.attributes[name]!)}`)
+      .join(',');
+    text =
+      `{"app":${jsonString(canonical.app)},"attributes":{${attributes}},` +
+      `"email":${canonical.email === null ? 'null' : jsonString(canonical.email)},"kind":"embed"}`;
+    embedJson.set(canonical, text);
+  }
+  return text;
 }

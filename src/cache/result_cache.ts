@@ -17,6 +17,7 @@ import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import { type CacheRun, CacheRuns } from './cache_run.js';
 import {
   type FingerprintFn,
+  type FingerprintTracking,
   type RawResultCacheOptions,
   resolveResultCacheOptions,
 } from './result_cache_options.js';
@@ -73,6 +74,8 @@ class ResultCache implements CachedExecutor {
   readonly #flights = new SingleFlight<ComputedResult>();
   /** What the wrapped executor is handed, built once rather than per call. */
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
+  /** Results computed across a change to their fingerprint: never handed to joiners. */
+  readonly #moved = new WeakSet<ComputedResult>();
   /** Whether the fingerprint function is failing (its first failure was logged). */
   #fingerprintFailing = false;
 
@@ -167,7 +170,7 @@ class ResultCache implements CachedExecutor {
   /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
   #lookup(run: CacheRun): Promise<JobResult> {
     const pending = this.#flights.get(run.key);
-    if (pending !== undefined) return this.#join(run.job, pending);
+    if (pending !== undefined) return this.#join(run, pending);
 
     if (this.#breaker.resting) {
       this.#report.bypass(run.job, 'store-resting');
@@ -209,7 +212,7 @@ class ResultCache implements CachedExecutor {
   #miss(run: CacheRun): Promise<JobResult> {
     // Another caller may have started the same run while we were reading.
     const started = this.#flights.get(run.key);
-    if (started !== undefined) return this.#join(run.job, started);
+    if (started !== undefined) return this.#join(run, started);
     this.#report.miss(run.job);
     return this.#flights.run(run.key, () => this.#execute(run, false));
   }
@@ -230,9 +233,13 @@ class ResultCache implements CachedExecutor {
     return this.#inner.run(job, options);
   }
 
-  async #join(job: Job, pending: Promise<ComputedResult>): Promise<JobResult> {
+  async #join(run: CacheRun, pending: Promise<ComputedResult>): Promise<JobResult> {
+    const { job } = run;
     this.#report.coalesced(job);
     const shared = await pending;
+    // Computed across a change to what it depended on: this caller may have asked after the
+    // change, so it gets a run of its own rather than the leader's result.
+    if (this.#moved.has(shared)) return this.run(job, run.passDown);
     let json: Uint8Array;
     try {
       json = shared.json();
@@ -245,54 +252,87 @@ class ResultCache implements CachedExecutor {
 
   async #execute(run: CacheRun, skipStore: boolean): Promise<ComputedResult> {
     const { job } = run;
-    // Errors and refusals propagate to every caller of this flight and are never stored.
-    const result = await this.#inner.run(job, run.passDown);
-    let json: Uint8Array;
+    const tracking = skipStore ? undefined : this.#fingerprint?.track?.(job);
+    let settled = false;
     try {
-      json = result.json();
-    } catch {
-      this.#report.notStored(job, 'unserializable');
-      return new ComputedResult(job.id, result.value);
+      // Errors and refusals propagate to every caller of this flight and are never stored.
+      const result = await this.#inner.run(job, run.passDown);
+      let json: Uint8Array;
+      try {
+        json = result.json();
+      } catch {
+        this.#report.notStored(job, 'unserializable');
+        return new ComputedResult(job.id, result.value);
+      }
+      const computed = ComputedResult.withJson(job.id, result.value, json);
+      if (skipStore) return computed;
+      if (json.byteLength > this.#maxEntryBytes) {
+        this.#report.notStored(job, 'too-large');
+        return computed;
+      }
+      if (this.#breaker.resting) {
+        this.#report.notStored(job, 'store-failed');
+        return computed;
+      }
+      if (this.#fingerprint === null) {
+        await this.#write(run, json);
+        return computed;
+      }
+      settled = true;
+      const fingerprints = await this.#fingerprintNow(run, tracking);
+      if (fingerprints === undefined) {
+        // The viewer's authorization changed while this ran: the result may show rows they
+        // no longer hold (or miss new ones). Hand it to this caller, but never keep it.
+        this.#report.notStored(job, 'fingerprint-moved');
+        this.#moved.add(computed);
+        return computed;
+      }
+      // A run that depended on more than the lookup predicted is stored where the next looks.
+      const list = Array.isArray(fingerprints)
+        ? (fingerprints as readonly (string | null)[])
+        : [fingerprints as string | null];
+      // One result, counted once, however many keys it is stored under.
+      for (const [i, fingerprint] of list.entries()) {
+        const into =
+          fingerprint === run.fingerprint
+            ? run
+            : this.#runs.of(job, fingerprint, run.ttlMs, run.passDown);
+        if (!(await this.#write(into, json, i === 0))) break;
+      }
+      return computed;
+    } finally {
+      if (!settled) tracking?.abandon();
     }
-    const computed = ComputedResult.withJson(job.id, result.value, json);
-    if (skipStore) return computed;
-    if (json.byteLength > this.#maxEntryBytes) {
-      this.#report.notStored(job, 'too-large');
-    } else if (this.#breaker.resting) {
-      this.#report.notStored(job, 'store-failed');
-    } else if (
-      this.#fingerprint !== null &&
-      (await this.#fingerprintNow(job)) !== run.fingerprint
-    ) {
-      // The viewer's authorization changed while this ran: the result may show rows they no
-      // longer hold (or miss new ones). Hand it to this caller, but never keep it.
-      this.#report.notStored(job, 'fingerprint-moved');
-    } else {
-      await this.#write(run, json);
-    }
-    return computed;
   }
 
-  async #fingerprintNow(job: Job): Promise<string | null | undefined> {
+  /** The fingerprint to store under, or `undefined` when the result must not be stored. */
+  async #fingerprintNow(
+    run: CacheRun,
+    tracking: FingerprintTracking | undefined,
+  ): Promise<string | null | readonly (string | null)[] | undefined> {
     try {
-      return await this.#fingerprint!(job);
+      if (tracking !== undefined) return await tracking.settle(run.fingerprint);
+      const now = await this.#fingerprint!(run.job);
+      return now === run.fingerprint ? now : undefined;
     } catch {
       return undefined; // unknown: treated as moved
     }
   }
 
-  async #write(run: CacheRun, json: Uint8Array): Promise<void> {
+  /** Whether the store took it; `report` false for a result's second key. */
+  async #write(run: CacheRun, json: Uint8Array, report = true): Promise<boolean> {
     const { job, key, ttlMs } = run;
     try {
       const entry = this.#codec.encode(run.digest, this.#now() + ttlMs, json);
       await this.#store.set(key, entry, ttlMs);
     } catch (err) {
       this.#storeFailed('set', err);
-      this.#report.notStored(job, 'store-failed');
-      return;
+      if (report) this.#report.notStored(job, 'store-failed');
+      return false;
     }
     this.#breaker.answered();
-    this.#report.stored(job, json.byteLength);
+    if (report) this.#report.stored(job, json.byteLength);
+    return true;
   }
 
   #storeFailed(op: 'get' | 'set', thrown: unknown): void {

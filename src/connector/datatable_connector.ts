@@ -45,4 +45,9 @@ export interface DatatableConnector {
    * Never opens a connection.
    */
   viewerHolds?(job: Job, datatable: string, role: string): Promise<boolean>;
+  /**
+   * Told when `job` starts `child`, before it is dispatched: the child's answers may come from
+   * the cache, so the parent's result depends on whatever the child could use.
+   */
+  startedChild?(job: Job, child: Job): void;
 }

@@ -10,9 +10,11 @@ import {
   UnknownRoleError,
   type ViewerCacheError,
 } from '../errors.js';
+import type { EmbedViewer } from '../job.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
-import { mayUseRole, resolveRoles } from './resolve_roles.js';
+import { mayUseRole, resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
+import { type Dependency, type DependencySet, parseDependency } from './run_dependencies.js';
 
 /** The people a job's data-table access is decided for, with their group/folder memberships. */
 export interface JobParties {
@@ -21,6 +23,16 @@ export interface JobParties {
   readonly runner: { readonly email: string; readonly principals: Principals };
   /** `perms.endUserEmail`: decides `?as=viewer`; `null` when the run has no viewer. */
   readonly viewer: { readonly email: string; readonly principals: Principals } | null;
+  /**
+   * `perms.roleScope` (canonical, see `canonicalRoleScope`): every grant — viewer, role by
+   * name, default — holds only roles whose catalog id is listed. Absent: unscoped.
+   */
+  readonly roleScope?: readonly number[] | undefined;
+  /**
+   * `perms.embed` (then `viewer` is null): decides `?as=viewer` through `embed:` tenants only.
+   * Only its app matters here; its attributes and email are bound to the connection and keyed.
+   */
+  readonly embed?: Pick<EmbedViewer, 'app'> | undefined;
 }
 
 /** What one reference grants: where to connect, and the roles the connection holds. */
@@ -50,6 +62,8 @@ export class JobAuthorization {
   /** Fingerprint parts that depend only on the runner, shared by the jobs of one state. */
   readonly #runnerParts: Map<string, string> | undefined;
   #fingerprint: string | undefined;
+  /** Fingerprints over dependency sets (see run_dependencies.ts), by set. */
+  #fingerprints: WeakMap<DependencySet, string> | undefined;
   /** The viewer's roles by data table (one pass over the workspace's roles), on first use. */
   #viewerRoles: Map<string, CatalogRole[]> | undefined;
 
@@ -87,14 +101,26 @@ export class JobAuthorization {
     const context = { datatable: datatable.name };
     switch (ref.access.kind) {
       case 'viewer': {
-        // The viewer is perms.endUserEmail and nothing else; never perms.email (invariant 2).
-        if (viewer === null) return { refused: NoViewerError, context };
-        const roles = this.#rolesOfViewer(viewer).get(datatable.name) ?? [];
-        if (roles.length === 0) return { refused: NoRolesError, context };
-        const governing = state
-          .governing(workspace, datatable.name)
-          .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
-          .join(',');
+        // The viewer is perms.endUserEmail (or the embed viewer) and nothing else; never
+        // perms.email (invariant 2).
+        const embed = this.#parties.embed;
+        if (viewer === null && embed === undefined) return { refused: NoViewerError, context };
+        const roles = this.#rolesOfViewer().get(datatable.name) ?? [];
+        if (roles.length === 0) {
+          // An empty intersection is a refusal, never a fallback to the unscoped roles.
+          const message = this.#parties.roleScope
+            ? 'the viewer holds no enabled role of this data table within the role scope of this run'
+            : undefined;
+          return { refused: NoRolesError, ...(message ? { message } : {}), context };
+        }
+        // An embed viewer is no email of the governing tables: any change counts.
+        const governing =
+          viewer === null
+            ? this.#anyChange(datatable.name)
+            : state
+                .governing(workspace, datatable.name)
+                .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
+                .join(',');
         return { datatable, roles, governing };
       }
       case 'role': {
@@ -116,6 +142,7 @@ export class JobAuthorization {
             context: { ...context, role: name },
           };
         }
+        if (!this.#inScope(role)) return outOfScope(context, role);
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
       case 'default': {
@@ -128,21 +155,23 @@ export class JobAuthorization {
             context: { ...context, ...(role === undefined ? {} : { role: role.name }) },
           };
         }
+        if (!this.#inScope(role)) return outOfScope(context, role);
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
     }
   }
 
-  #rolesOfViewer(viewer: NonNullable<JobParties['viewer']>): Map<string, CatalogRole[]> {
+  /** The viewer's (or embed viewer's) roles by data table; call only when there is one. */
+  #rolesOfViewer(): Map<string, CatalogRole[]> {
     if (this.#viewerRoles === undefined) {
       const byDatatable = new Map<string, CatalogRole[]>();
-      const roles = resolveRoles(
-        this.#state,
-        this.#parties.workspace,
-        viewer.email,
-        viewer.principals,
-      );
+      const { workspace, viewer, embed } = this.#parties;
+      const roles =
+        viewer !== null
+          ? resolveRoles(this.#state, workspace, viewer.email, viewer.principals)
+          : resolveEmbedRoles(this.#state, workspace, embed!.app);
       for (const role of roles) {
+        if (!this.#inScope(role)) continue;
         const list = byDatatable.get(role.datatable);
         if (list === undefined) byDatatable.set(role.datatable, [role]);
         else list.push(role);
@@ -150,6 +179,12 @@ export class JobAuthorization {
       this.#viewerRoles = byDatatable;
     }
     return this.#viewerRoles;
+  }
+
+  /** Whether the run's role scope (if any) lists `role`. */
+  #inScope(role: CatalogRole): boolean {
+    const scope = this.#parties.roleScope;
+    return scope === undefined || scope.includes(role.oid);
   }
 
   /** Stamps of any change to the data table's governing tables (connections with no viewer). */
@@ -162,11 +197,16 @@ export class JobAuthorization {
 
   /**
    * Whether the viewer holds role `role` of `datatable`: one of the roles `?as=viewer` would
-   * grant. Part of the fingerprint by construction (it reads the same grant).
+   * grant. Part of the fingerprint by construction (it reads the same grant). An embed viewer
+   * holds no roles of their own: only the roles whose tenants name embed viewers answer true.
    */
   viewerHolds(datatable: string, role: string): boolean {
+    return this.#heldRole(datatable, role) !== undefined;
+  }
+
+  #heldRole(datatable: string, role: string): CatalogRole | undefined {
     const decision = this.#decide({ name: datatable, access: { kind: 'viewer' } });
-    return !('refused' in decision) && decision.roles.some((held) => held.name === role);
+    return 'refused' in decision ? undefined : decision.roles.find((held) => held.name === role);
   }
 
   /**
@@ -189,9 +229,11 @@ export class JobAuthorization {
         `${JSON.stringify(name)}:v=${this.#outcome({ name, access: { kind: 'viewer' } })}`,
       );
     }
-    // What the runner may use by name or by default depends on the runner alone: computed (and
-    // hashed) once per catalog state and runner, not once per viewer.
-    const runnerKey = `${workspace}\0${runner.email}`;
+    // What the runner may use by name or by default depends on the runner and the role scope
+    // alone: computed (and hashed) once per catalog state, runner and scope, not once per viewer.
+    // The scope is in the memo key: two scopes of one runner sharing a part would be a leak.
+    const scope = this.#parties.roleScope;
+    const runnerKey = `${scope === undefined ? '' : `=${scope.join(',')}`}\0${workspace}\0${runner.email}`;
     let runnerPart = this.#runnerParts?.get(runnerKey);
     if (runnerPart === undefined) {
       const parts: string[] = [];
@@ -212,6 +254,37 @@ export class JobAuthorization {
     return `c${state.catalogId};${digest}`;
   }
 
+  /**
+   * The fingerprint over `set` only: the catalog's id, then the {@link answer} to each of its
+   * questions, hashed. Over the set of every question it is {@link fingerprint}.
+   */
+  fingerprintOver(set: DependencySet): string {
+    if (set.everything) return this.fingerprint;
+    if (set.members.length === 0) return `c${this.#state.catalogId};-`;
+    this.#fingerprints ??= new WeakMap();
+    let fingerprint = this.#fingerprints.get(set);
+    if (fingerprint === undefined) {
+      const parts = set.members.map((dependency) => `${dependency}=${this.answer(dependency)}`);
+      fingerprint = `c${this.#state.catalogId};d${hash('sha256', parts.join('\n'), 'base64url')}`;
+      this.#fingerprints.set(set, fingerprint);
+    }
+    return fingerprint;
+  }
+
+  /**
+   * What this job is told when it asks `dependency`, as text: a reference's grant (or refusal),
+   * or whether the viewer holds a role (and which version of it; not the viewer's other roles,
+   * which the check does not reveal).
+   */
+  answer(dependency: Dependency): string {
+    const question = parseDependency(dependency);
+    if ('every' in question) return this.fingerprint;
+    if ('ref' in question) return this.#outcome(question.ref);
+    const held = this.#heldRole(question.holds.datatable, question.holds.role);
+    // With the role's version: a role disabled and enabled again never brings entries back.
+    return held === undefined ? 'no' : `yes:${held.oid}@${held.version}`;
+  }
+
   /** A grant as text: the database and role ids with versions, or the refusal's code. */
   #outcome(ref: DatatableRef): string {
     const decision = this.#decide(ref);
@@ -219,6 +292,15 @@ export class JobAuthorization {
     const { datatable, roles, governing } = decision;
     return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
   }
+}
+
+/** `?role=` or the default role outside the run's role scope (a scoped API key). */
+function outOfScope(context: { datatable: string }, role: CatalogRole): Refusal {
+  return {
+    refused: RoleNotPermittedError,
+    message: 'that role is outside the role scope of this run (a scoped API key)',
+    context: { ...context, role: role.name },
+  };
 }
 
 /** A refusal as a value: the error class to throw, and what to throw it with. */

@@ -14,7 +14,9 @@ import {
 } from './governing.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { withClient, withPooledClient } from './pg_clients.js';
+import type { PropagationWatch } from './propagation_acks.js';
 import type { RoleSetProtocol } from './role_set_protocol.js';
+import { LIST_MEMBERS } from './sql/catalog_reads.js';
 import * as sql from './sql/catalog_writes.js';
 import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from './sql/logins.js';
 
@@ -45,6 +47,11 @@ export interface CatalogAdminOptions {
    * serving its in-memory catalog before its own NOTIFY comes back.
    */
   onCommitted?: (generation: number) => void;
+  /**
+   * When given, each change waits after its commit until every other process acknowledged it
+   * (catalog.awaitPropagation; propagation_acks.ts).
+   */
+  watchPropagation?: () => Promise<PropagationWatch | null>;
   /** Called after a data table is registered, to install what policies may call there. */
   onDatatableCreated?: (database: string) => Promise<void> | undefined;
   logger?: Logger;
@@ -141,7 +148,7 @@ export class CatalogAdmin {
       try {
         await client.query(`create role ${ident} with nologin`);
       } catch (err) {
-        if ((err as { code?: string }).code === '42710') {
+        if (roleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${name} already exists`);
         }
         throw err;
@@ -168,7 +175,7 @@ export class CatalogAdmin {
           `alter role ${pg.escapeIdentifier(role.name)} rename to ${pg.escapeIdentifier(newName)}`,
         );
       } catch (err) {
-        if ((err as { code?: string }).code === '42710') {
+        if (roleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${newName} already exists`);
         }
         throw err;
@@ -179,7 +186,10 @@ export class CatalogAdmin {
     return change;
   }
 
-  /** Replaces a role's tenant list (`user:EMAIL`, `group:NAME`, `folder:NAME`, `*`). */
+  /**
+   * Replaces a role's tenant list (`user:EMAIL`, `group:NAME`, `folder:NAME`, `*`, `embed:*`,
+   * `embed:APP`).
+   */
   async setTenants(
     workspace: string,
     name: string,
@@ -278,6 +288,24 @@ export class CatalogAdmin {
     return this.#membership(sql.REMOVE_MEMBERSHIP, workspace, email, kind, name);
   }
 
+  /**
+   * The emails in group/folder `name` (built-in directory), e.g. the recipients of a job that
+   * runs once per member. Read from the catalog now, not from this process's snapshot.
+   */
+  async listMembers(
+    workspace: string,
+    kind: Exclude<MembershipKind, 'admin'>,
+    name: string,
+  ): Promise<string[]> {
+    checkMembership(workspace, 'member', kind, name);
+    const { rows } = await this.#pool.query<{ email: string }>(LIST_MEMBERS, [
+      workspace,
+      kind,
+      name,
+    ]);
+    return rows.map((row) => row.email);
+  }
+
   #membership(
     statement: string,
     workspace: string,
@@ -354,6 +382,17 @@ export class CatalogAdmin {
 
   /** Runs `fn` in a transaction that ends with a generation bump + NOTIFY. */
   async #change(fn: (client: pg.PoolClient) => Promise<void>): Promise<CatalogChange> {
+    const watch = (await this.#options.watchPropagation?.()) ?? null;
+    try {
+      const generation = await this.#commit(fn);
+      await watch?.wait(generation);
+      return { generation };
+    } finally {
+      watch?.close();
+    }
+  }
+
+  async #commit(fn: (client: pg.PoolClient) => Promise<void>): Promise<number> {
     const generation = await withPooledClient(this.#pool, async (client) => {
       await client.query('begin');
       try {
@@ -367,7 +406,7 @@ export class CatalogAdmin {
       }
     });
     this.#options.onCommitted?.(generation);
-    return { generation };
+    return generation;
   }
 
   async #findRole(
@@ -381,6 +420,15 @@ export class CatalogAdmin {
       throw new UnknownRoleError(`no data-table role ${name} in this workspace`);
     return { ...row, oid: Number(row.oid) };
   }
+}
+
+/**
+ * A role name already in use: 42710 when the role was there before, 23505 (a unique violation on
+ * pg_authid's name index) when another transaction created it concurrently and committed first.
+ */
+function roleNameTaken(err: unknown): boolean {
+  const code = (err as { code?: string }).code;
+  return code === '42710' || code === '23505';
 }
 
 function checkWorkspace(workspace: string): void {

@@ -7,12 +7,16 @@ import { type Logger, silentLogger } from '../logger.js';
 import { type CatalogState, loadCatalogState } from './catalog_state.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { CATALOG_CHANNEL } from './migrations.js';
+import { ACK_CHANNEL, PropagationAcks, type PropagationWatch } from './propagation_acks.js';
 import * as sql from './sql/catalog_reads.js';
 
 export interface CatalogSnapshotOptions {
   /** Pool on the catalog database (reads). */
   pool: pg.Pool;
-  /** Connection for the dedicated LISTEN client (a direct one: not through a transaction pooler). */
+  /**
+   * Connection for the dedicated LISTEN client (a direct one: not through a transaction pooler).
+   * Its `application_name`, when set, names the backend. @default name `viewer-cache-listener`
+   */
   listenConnection: pg.ClientConfig;
   /** Where `catalog:refreshed` and `catalog:listener` are emitted. */
   events: TypedEmitter<DatatablesEvents>;
@@ -67,6 +71,7 @@ export class CatalogSnapshot {
   #closed = false;
   /** waitForGeneration callers, answered when the snapshot closes. */
   readonly #closeWaiters = new Set<() => void>();
+  readonly #acks: PropagationAcks;
 
   constructor(options: CatalogSnapshotOptions) {
     this.#pool = options.pool;
@@ -77,6 +82,15 @@ export class CatalogSnapshot {
     this.#reconnectDelayMs = this.#baseDelayMs;
     this.#heartbeatMs = options.heartbeatMs ?? 1000;
     this.#heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 1000;
+    this.#acks = new PropagationAcks(this.#pool, this.stalenessBoundMs);
+  }
+
+  /**
+   * Call before committing a change: after the commit, `wait(generation)` resolves once every
+   * other live process acknowledged it (or the staleness bound passed). Null without a listener.
+   */
+  watchPropagation(): Promise<PropagationWatch | null> {
+    return this.#acks.watch();
   }
 
   /** The longest a change can go unnoticed with the listener silently dead (README). */
@@ -286,6 +300,7 @@ export class CatalogSnapshot {
     this.#aliveAt = Number.NEGATIVE_INFINITY;
     this.#fresh = false;
     this.#epoch++;
+    void this.#acks.attach(null);
     this.#events.emit('catalog:listener', { up: false });
     this.#logger.warn(
       { reason },
@@ -298,19 +313,30 @@ export class CatalogSnapshot {
   async #listen(): Promise<void> {
     const client = new pg.Client({
       ...this.#listenConfig,
-      application_name: 'viewer-cache-listener',
+      // Named, so an operator (or a test) can find each process's one LISTEN backend.
+      application_name: this.#listenConfig.application_name ?? 'viewer-cache-listener',
     });
     client.on('error', (err) => this.#lost(client, err.message));
     client.on('end', () => this.#lost(client, 'connection ended'));
     client.on('notification', (message) => {
-      if (message.channel !== CATALOG_CHANNEL || this.#listener !== client) return;
-      // Any role may NOTIFY this channel. A generation not newer than ours announces nothing.
+      if (this.#listener !== client) return;
       const announced = Number(message.payload);
+      if (message.channel === ACK_CHANNEL) {
+        if (Number.isSafeInteger(announced)) this.#acks.received(message.processId, announced);
+        return;
+      }
+      if (message.channel !== CATALOG_CHANNEL) return;
+      // Any role may NOTIFY this channel. A generation not newer than ours announces nothing.
       const held = this.#state?.generation;
-      if (held !== undefined && Number.isSafeInteger(announced) && announced <= held) return;
+      if (held !== undefined && Number.isSafeInteger(announced) && announced <= held) {
+        this.#acks.acknowledge(client, announced);
+        return;
+      }
       // Stale from this instant: callers wait for a read that starts after it.
       this.#fresh = false;
       this.#epoch++;
+      // Only now: whoever waits for this acknowledgement may rely on our next run confirming.
+      if (Number.isSafeInteger(announced)) this.#acks.acknowledge(client, announced);
       void this.#confirm().catch((err: unknown) => {
         this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
       });
@@ -319,6 +345,7 @@ export class CatalogSnapshot {
     try {
       await client.connect();
       await client.query(`listen ${CATALOG_CHANNEL}`);
+      await this.#acks.attach(client);
     } catch (err) {
       await endClient(client);
       throw err;

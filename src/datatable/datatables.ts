@@ -22,6 +22,7 @@ import { PasswordDeriver } from './passwords.js';
 import { GuardedClient } from './pg_clients.js';
 import type { PooledLease } from './pooled_lease.js';
 import { RoleSetProtocol } from './role_set_protocol.js';
+import { RunDependencies } from './run_dependencies.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
 import { RESET_AND_RELEASE } from './sql/identity.js';
 import { ViewerIdentities, type ViewerIdentity } from './viewer_identity.js';
@@ -52,10 +53,11 @@ export async function createDatatablesWithHooks(
 class DatatableService implements Datatables {
   readonly events = new TypedEmitter<DatatablesEvents>();
   readonly admin: CatalogAdmin;
-  readonly fingerprint: (job: Job) => string | Promise<string>;
+  readonly fingerprint: Datatables['fingerprint'];
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
   readonly #authorizations: JobAuthorizations;
+  readonly #dependencies: RunDependencies;
   readonly #protocol: RoleSetProtocol;
   readonly #pools: LoginPools;
   readonly #leaser: LoginLeaser;
@@ -85,7 +87,30 @@ class DatatableService implements Datatables {
     const maxConnections = pools.maxConnections ?? 20;
     if (!Number.isInteger(maxConnections) || maxConnections < 1)
       throw new TypeError('pools.maxConnections must be an integer ≥ 1');
-    const { user: _user, password: _password, database: _database, ...loginConfig } = adminConfig;
+    const {
+      user: _user,
+      password: _password,
+      database: _database,
+      ...loginConfig
+    } = options.loginConnection === undefined ? adminConfig : toConfig(options.loginConnection);
+    const statementTimeoutMs = resolveDuration(
+      pools.statementTimeout ?? 0,
+      'pools.statementTimeout',
+    );
+    if (options.transactionPooler === true) {
+      // Nothing session-scoped through a transaction pooler: each statement may meet another
+      // backend. Refused at start rather than failing open per run.
+      if (options.viewerIdentity ?? true) {
+        throw new TypeError(
+          'transactionPooler needs viewerIdentity: false (the viewer identity is bound to one backend for a lease)',
+        );
+      }
+      if (statementTimeoutMs > 0) {
+        throw new TypeError(
+          'transactionPooler cannot carry pools.statementTimeout (a session setting); set statement_timeout on the pooler or the database',
+        );
+      }
+    }
     const logger = this.#logger;
     const events = this.events;
 
@@ -102,8 +127,11 @@ class DatatableService implements Datatables {
     const catalog = options.catalog ?? {};
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
+      // The admin connection's own application_name (from its URL) does not name the listener.
       listenConnection:
-        options.listenConnection === undefined ? adminConfig : toConfig(options.listenConnection),
+        options.listenConnection === undefined
+          ? { ...adminConfig, application_name: undefined }
+          : toConfig(options.listenConnection),
       events,
       logger,
       heartbeatMs: positive(
@@ -116,7 +144,11 @@ class DatatableService implements Datatables {
       ),
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
-    this.fingerprint = (job) => this.#authorizations.fingerprint(job);
+    this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job));
+    const dependencies = this.#dependencies;
+    this.fingerprint = Object.assign((job: Job) => dependencies.fingerprint(job), {
+      track: (job: Job) => dependencies.track(job),
+    });
     this.#protocol = new RoleSetProtocol({
       admin: this.#pool,
       adminConfig,
@@ -132,7 +164,7 @@ class DatatableService implements Datatables {
       maxConnections,
       acquireTimeoutMs: resolveDuration(pools.acquireTimeout ?? '10s', 'pools.acquireTimeout'),
       idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
-      statementTimeoutMs: resolveDuration(pools.statementTimeout ?? 0, 'pools.statementTimeout'),
+      statementTimeoutMs,
       ...((pools.checkOnRelease ?? true)
         ? { onRelease: (login: string) => this.#leaser.released(login) }
         : {}),
@@ -168,6 +200,9 @@ class DatatableService implements Datatables {
         this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      ...(catalog.awaitPropagation === true
+        ? { watchPropagation: () => this.#snapshot.watchPropagation() }
+        : {}),
       onDatatableCreated: (database) => this.#identities?.install(database),
       logger,
     });
@@ -199,13 +234,23 @@ class DatatableService implements Datatables {
     const timed = this.events.has('datatable:resolved') || this.events.has('datatable:connected');
     const started = timed ? performance.now() : 0;
     try {
-      const { datatable, roles } = (await this.#authorizations.of(job)).grant(ref);
+      const authorization = await this.#authorizations.of(job);
+      // Recorded before the grant: a refusal the runnable catches is an answer it depends on.
+      this.#dependencies.askedFor(job, ref, authorization);
+      const { datatable, roles } = authorization.grant(ref);
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
       const lease = await this.#leaser.lease(roles, datatable.database);
-      const viewer = job.perms.endUserEmail;
-      if (ref.access.kind === 'viewer' && viewer !== null && this.#identities !== null) {
-        await this.#bind(lease, datatable.database, { email: viewer, attributes: {} });
+      if (ref.access.kind === 'viewer' && this.#identities !== null) {
+        // grant() refused a run with no viewer: here there is a signed-in or an embed viewer.
+        const { endUserEmail, embed } = job.perms;
+        await this.#bind(
+          lease,
+          datatable.database,
+          endUserEmail !== null
+            ? { email: endUserEmail, attributes: {} }
+            : { email: embed!.email, attributes: embed!.attributes },
+        );
       }
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
@@ -225,7 +270,13 @@ class DatatableService implements Datatables {
   }
 
   async viewerHolds(job: Job, datatable: string, role: string): Promise<boolean> {
-    return (await this.#authorizations.of(job)).viewerHolds(datatable, role);
+    const authorization = await this.#authorizations.of(job);
+    this.#dependencies.checkedRole(job, datatable, role, authorization);
+    return authorization.viewerHolds(datatable, role);
+  }
+
+  startedChild(job: Job, child: Job): void {
+    this.#dependencies.startedChild(job, child);
   }
 
   /** Binds the viewer to the lent backend, and unbinds before it is pooled again. */

@@ -9,6 +9,7 @@ import type { DatatablesEvents } from './datatables_events.js';
 import type { Directory } from './directory.js';
 import type { SetLoginInfo } from './login_gc.js';
 import type { RoleSetStepHook } from './role_set_protocol.js';
+import type { RunTracking } from './run_dependencies.js';
 
 /* The data-table layer's public shape: its options and the Datatables interface. */
 
@@ -26,10 +27,28 @@ export interface RawDatatablesOptions {
   secretKey: string | Uint8Array;
   /**
    * A direct connection for the catalog's LISTEN client, when `connection` goes through a
-   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process.
+   * transaction-mode pooler (PgBouncer), where LISTEN does not work. One per process. An
+   * `application_name` given here (in the URL or the config) names the backend in
+   * `pg_stat_activity`; otherwise it is `viewer-cache-listener`.
    * @default `connection`
    */
   listenConnection?: string | pg.ClientConfig;
+  /**
+   * Where data-table *login* connections go, when not where `connection` goes: host, port, ssl
+   * (user, password and database are each login's own and ignored here), e.g. a PgBouncer.
+   * @default `connection`'s host and port
+   */
+  loginConnection?: string | pg.ClientConfig;
+  /**
+   * `loginConnection` is a transaction-mode pooler (PgBouncer `pool_mode = transaction`):
+   * login connections then rely on nothing session-scoped. The viewer identity is bound to a
+   * backend for the life of a lease, which such a pooler cannot give, so `viewerIdentity` must
+   * be `false` (policies then tell viewers apart by role, and `viewer_cache.viewer_email()`
+   * raises); `pools.statementTimeout` is a session setting too and is refused (set it on the
+   * pooler or the database instead).
+   * @default false
+   */
+  transactionPooler?: boolean;
   /** Catalog freshness. */
   catalog?: {
     /**
@@ -41,6 +60,14 @@ export interface RawDatatablesOptions {
     heartbeat?: Duration;
     /** @default '1s' */
     heartbeatTimeout?: Duration;
+    /**
+     * Each admin change returns only once every other live process acknowledged it (at most
+     * `heartbeat + heartbeatTimeout`), so any run that starts anywhere after it returns sees the
+     * change. Costs the slowest process's notification round trip per change (milliseconds);
+     * every process acknowledges either way. Changes to governing tables' rows, made by other
+     * connections, are not covered. @default false
+     */
+    awaitPropagation?: boolean;
   };
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;
@@ -102,10 +129,14 @@ export interface DatatablesTestHooks {
  */
 export interface Datatables extends DatatableConnector {
   /**
-   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: derived from
-   * what every data-table reference would grant the job (see `authorization.ts`).
+   * The authorization fingerprint of a job, for `withResultCache({ fingerprint })`: what the
+   * data-table references and role checks its runnable was seen to make are granted (see
+   * `run_dependencies.ts`). With `track`, the cache stores each result under what its run
+   * actually depended on.
    */
-  readonly fingerprint: (job: Job) => string | Promise<string>;
+  readonly fingerprint: ((job: Job) => string | Promise<string>) & {
+    readonly track: (job: Job) => RunTracking;
+  };
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;
   /** Generation of the catalog state in memory. */

@@ -1,4 +1,5 @@
-import type { Job } from '../job.js';
+import { InvalidJobError } from '../errors.js';
+import { canonicalEmbedViewer, canonicalRoleScope, type EmbedViewer, type Job } from '../job.js';
 import { JobAuthorization } from './authorization.js';
 import type { CatalogSnapshot } from './catalog_snapshot.js';
 import type { CatalogState } from './catalog_state.js';
@@ -9,11 +10,11 @@ const MAX_MEMO = 100_000;
 
 /**
  * The {@link JobAuthorization} of a job, on a catalog state no older than the call (SPEC
- * invariant 10). Both the connection and the cache fingerprint come from here, so they are
- * always decided by the same rules on the same kind of state.
+ * invariant 10). Both the connection and the cache fingerprint (through run_dependencies.ts)
+ * come from here, so they are always decided by the same rules on the same kind of state.
  *
  * With the built-in directory the answer comes from the in-memory catalog and is memoised per
- * state and (workspace, runner, viewer): a cache hit costs a Map lookup. A plugged-in directory
+ * state and (role scope, workspace, runner, viewer): a cache hit costs a Map lookup. A plugged-in directory
  * is asked on every call (its answers may change at any time).
  */
 export class JobAuthorizations {
@@ -40,8 +41,16 @@ export class JobAuthorizations {
     }
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
-    // '' for no viewer, '=' + email otherwise: the two can never meet.
-    const memoKey = `${workspace}\0${perms.email}\0${viewer === null ? '' : `=${viewer}`}`;
+    const scope = canonicalRoleScope(perms.roleScope);
+    // The role scope leads ('' unscoped, '=' + ids; no NUL in either): jobs of one runner and
+    // viewer under two scopes must never share an authorization. Then '' for no viewer,
+    // '=' + email, or '#' + app for an embed viewer (whose roles depend on its app alone): none
+    // of the three can meet another.
+    const who =
+      viewer !== null ? `=${viewer}` : perms.embed !== undefined ? `#${perms.embed.app}` : '';
+    const memoKey =
+      `${scope === undefined ? '' : `=${scope.join(',')}`}\0` +
+      `${workspace}\0${perms.email}\0${who}`;
     let authorization = this.#memo.get(memoKey);
     if (authorization === undefined) {
       authorization = builtIn(state, job, this.#runnerParts);
@@ -49,14 +58,6 @@ export class JobAuthorizations {
       this.#memo.set(memoKey, authorization);
     }
     return authorization;
-  }
-
-  /** The job's authorization fingerprint, for `withResultCache({ fingerprint })`. */
-  fingerprint(job: Job): string | Promise<string> {
-    const authorization = this.of(job);
-    return authorization instanceof JobAuthorization
-      ? authorization.fingerprint
-      : authorization.then((a) => a.fingerprint);
   }
 
   async #slow(job: Job): Promise<JobAuthorization> {
@@ -74,6 +75,8 @@ export class JobAuthorizations {
       runner: { email: perms.email, principals: runnerPrincipals },
       viewer:
         viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
+      roleScope: canonicalRoleScope(perms.roleScope),
+      ...embedParty(job),
     });
   }
 }
@@ -92,7 +95,23 @@ function builtIn(
       runner: { email: perms.email, principals: state.principals(workspace, perms.email) },
       viewer:
         viewer === null ? null : { email: viewer, principals: state.principals(workspace, viewer) },
+      roleScope: canonicalRoleScope(perms.roleScope),
+      ...embedParty(job),
     },
     runnerParts,
   );
+}
+
+/**
+ * The embed viewer as a party, checked; only when the job has no signed-in viewer. Only its app
+ * goes in: the authorization is shared (memoised) by every embed viewer of that app, whose
+ * attributes and email are the job's own (bound to the connection, and in the key).
+ */
+function embedParty(job: Job): { embed?: Pick<EmbedViewer, 'app'> } {
+  const { perms } = job;
+  if (perms.embed === undefined) return {};
+  if (perms.endUserEmail !== null) {
+    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
+  }
+  return { embed: { app: canonicalEmbedViewer(perms.embed).app } };
 }

@@ -1,6 +1,6 @@
 import type { CatalogState } from './catalog_state.js';
 import type { Principals } from './directory.js';
-import { resolveRoles } from './resolve_roles.js';
+import { resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
 import { RoleSetProtocol } from './role_set_protocol.js';
 
 /** A set login as `logins list` shows it. */
@@ -33,20 +33,31 @@ export async function wantedSetLogins(
   principalsOf: (workspace: string, email: string) => Principals | Promise<Principals>,
 ): Promise<Map<string, WantedSetLogin>> {
   const wanted = new Map<string, WantedSetLogin>();
-  for (const workspace of state.workspaces()) {
-    for (const email of state.knownEmails(workspace)) {
-      const principals = await principalsOf(workspace, email);
-      const byDatatable = new Map<string, number[]>();
-      for (const role of resolveRoles(state, workspace, email, principals)) {
-        byDatatable.set(role.datatable, [...(byDatatable.get(role.datatable) ?? []), role.oid]);
-      }
-      for (const [datatable, oids] of byDatatable) {
-        const database = state.datatable(workspace, datatable)?.database;
-        if (oids.length > 1 && database !== undefined) {
-          wanted.set(RoleSetProtocol.loginName(oids), { oids, database });
-        }
+  const want = (workspace: string, roles: readonly { datatable: string; oid: number }[]) => {
+    const byDatatable = new Map<string, number[]>();
+    for (const role of roles) {
+      byDatatable.set(role.datatable, [...(byDatatable.get(role.datatable) ?? []), role.oid]);
+    }
+    for (const [datatable, oids] of byDatatable) {
+      const database = state.datatable(workspace, datatable)?.database;
+      if (oids.length > 1 && database !== undefined) {
+        wanted.set(RoleSetProtocol.loginName(oids), { oids, database });
       }
     }
+  };
+  for (const workspace of state.workspaces()) {
+    for (const email of state.knownEmails(workspace)) {
+      want(workspace, resolveRoles(state, workspace, email, await principalsOf(workspace, email)));
+    }
+    // Embed viewers: one role set per app an `embed:APP` tenant names, and the `embed:*` set of
+    // every other app ('' is no app name: it stands for those).
+    const apps = new Set<string>(['']);
+    for (const role of state.roles(workspace)) {
+      for (const tenant of role.tenants) {
+        if (tenant.startsWith('embed:') && tenant !== 'embed:*') apps.add(tenant.slice(6));
+      }
+    }
+    for (const app of apps) want(workspace, resolveEmbedRoles(state, workspace, app));
   }
   return wanted;
 }

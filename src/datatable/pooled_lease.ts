@@ -12,7 +12,7 @@ import {
 } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { isConnectionLost } from './pg_clients.js';
-import { NO_ATTRIBUTE, NO_IDENTITY } from './sql/identity.js';
+import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
 
 /**
  * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
@@ -104,6 +104,12 @@ export class PooledLease implements DatatableLease {
       if (code === NO_IDENTITY) {
         throw new NoViewerError(
           'this connection carries no viewer identity: only a run with a viewer, connected with ?as=viewer, has one',
+          { cause: err },
+        );
+      }
+      if (code === NO_EMAIL) {
+        throw new NoViewerError(
+          'this viewer has no email: an embed viewer has one only when its host signed one',
           { cause: err },
         );
       }

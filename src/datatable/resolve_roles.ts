@@ -1,5 +1,5 @@
 import type { CatalogRole, CatalogState } from './catalog_state.js';
-import { type Principals, tenantsNaming } from './directory.js';
+import { type Principals, tenantsNaming, tenantsNamingEmbed } from './directory.js';
 
 /** The owner role of a data table: never resolved for anyone, whatever the tenants say. */
 const OWNER_ROLE = 'admin';
@@ -17,7 +17,29 @@ export function resolveRoles(
   principals: Principals,
   datatable?: string,
 ): CatalogRole[] {
-  const names = tenantsNaming(email, principals);
+  return rolesNamedBy(state, workspace, tenantsNaming(email, principals), datatable);
+}
+
+/**
+ * The roles an embed viewer of `app` resolves to: those whose tenants include `embed:*` or
+ * `embed:APP` — and nothing else (not `*`, not `user:`, whatever the assertion carries). Same
+ * filters as {@link resolveRoles}; sorted by catalog id.
+ */
+export function resolveEmbedRoles(
+  state: CatalogState,
+  workspace: string,
+  app: string,
+  datatable?: string,
+): CatalogRole[] {
+  return rolesNamedBy(state, workspace, tenantsNamingEmbed(app), datatable);
+}
+
+function rolesNamedBy(
+  state: CatalogState,
+  workspace: string,
+  names: ReadonlySet<string>,
+  datatable: string | undefined,
+): CatalogRole[] {
   const roles: CatalogRole[] = [];
   for (const role of state.roles(workspace)) {
     if (!role.enabled || !role.safe || role.name === OWNER_ROLE) continue;

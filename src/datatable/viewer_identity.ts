@@ -6,7 +6,8 @@ import * as sql from './sql/identity.js';
 
 /** What a policy can read about the viewer of a run. */
 export interface ViewerIdentity {
-  readonly email: string;
+  /** `null` for an embed viewer whose assertion carries no email: `viewer_email()` raises. */
+  readonly email: string | null;
   /** Signed attributes (embed viewers); empty for a signed-in user. */
   readonly attributes: Readonly<Record<string, string>>;
 }

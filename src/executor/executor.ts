@@ -21,10 +21,12 @@ import {
   ComputedResult,
   type Job,
   type JobExecutor,
+  type JobPerms,
   type JobResult,
   type RunOptions,
   type RunOrigin,
-  recordViewer,
+  recordRoleScope,
+  recordViewerIdentity,
 } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
@@ -68,6 +70,12 @@ export interface JobRequest {
   runAs: string;
   /** Where the run came from; decides the viewer through {@link recordViewer}. */
   origin: RunOrigin;
+  /**
+   * The role scope of the credential that started the run (a scoped API key), as catalog ids;
+   * a job-token origin also narrows by its parent's scope (see {@link recordRoleScope}).
+   * @default unscoped
+   */
+  roleScope?: readonly number[];
   /** @default the runnable's own `cacheTtlS` */
   cacheTtlS?: number;
   id?: string;
@@ -135,7 +143,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         workspace: request.workspace,
         runnable: { path: found.path, hash: found.hash },
         args: request.args ?? {},
-        perms: { email: request.runAs, endUserEmail: recordViewer(request.origin) },
+        perms: permsOf(request.runAs, request.origin, request.roleScope),
         cacheTtlS: request.cacheTtlS ?? found.definition.cacheTtlS,
       };
     },
@@ -164,11 +172,9 @@ export function createExecutor(options: RawExecutorOptions): Executor {
               workspace: job.workspace,
               runnable: { path: child.path, hash: child.hash },
               args,
-              // The child runs as the parent's runner, for the parent's viewer (job-token origin).
-              perms: {
-                email: job.perms.email,
-                endUserEmail: recordViewer({ kind: 'job-token', parent: { perms: job.perms } }),
-              },
+              // The child runs as the parent's runner, for the parent's viewer, within the
+              // parent's role scope (job-token origin).
+              perms: permsOf(job.perms.email, { kind: 'job-token', parent: { perms: job.perms } }),
               cacheTtlS: cacheTtlS ?? child.definition.cacheTtlS,
             };
           },
@@ -209,6 +215,16 @@ export function createExecutor(options: RawExecutorOptions): Executor {
     },
   };
   return executor;
+}
+
+/** A job's perms: who it runs as, its viewer and role scope, both recorded from its origin. */
+function permsOf(runAs: string, origin: RunOrigin, credentialScope?: readonly number[]): JobPerms {
+  // The viewer (and an embed viewer) from the origin alone; the scope never wider than the parent's.
+  const viewer = recordViewerIdentity(origin);
+  const roleScope = recordRoleScope(origin, credentialScope);
+  return roleScope === undefined
+    ? { email: runAs, ...viewer }
+    : { email: runAs, ...viewer, roleScope };
 }
 
 interface RunDeps {
@@ -275,6 +291,7 @@ async function runDefinition(
     jobToken: deps.jobToken,
     async runChild(path, childArgs = {}, childOptions) {
       const child = deps.createChild(path, childArgs, childOptions?.cacheTtlS);
+      deps.datatables?.startedChild?.(job, child);
       const result = await deps.dispatcher.run(child);
       return result.value;
     },

@@ -10,7 +10,10 @@ import {
 export interface RunContext {
   readonly jobId: string;
   readonly workspace: string;
-  /** The recorded viewer (`perms.endUserEmail`), `null` when the run has none. */
+  /**
+   * The recorded viewer (`perms.endUserEmail`), `null` when the run has none — and for an embed
+   * viewer (`perms.embed`), who is never a signed-in user; policies read its signed attributes.
+   */
   readonly viewer: string | null;
   /** Aborted when the job times out; pass it to anything long-running. */
   readonly signal: AbortSignal;
@@ -36,7 +39,8 @@ export interface RunContext {
   datatable(name: string, request?: DatatableRequest): Promise<DatatableClient>;
   /**
    * Whether the viewer holds data-table role `role` of data table `datatable` (aggregate-only
-   * runnables check this before computing anything). `false` when the run has no viewer.
+   * runnables check this before computing anything). `false` when the run has no viewer. An
+   * embed viewer holds no roles of their own: true only for roles with an `embed:` tenant.
    */
   hasRole(datatable: string, role: string): Promise<boolean>;
   /**

@@ -12,6 +12,8 @@ import {
   workspaceArg,
   workspaceOf,
 } from './cli_context.js';
+import { addEmbedKeyCommands } from './cli_embed.js';
+import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
@@ -85,6 +87,8 @@ export function buildCli(): Command {
     );
 
   addTokenCommands(program);
+  addEmbedKeyCommands(program);
+  addGoverningCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles
@@ -109,7 +113,10 @@ export function buildCli(): Command {
     .command('create <name>')
     .description('create a role (a Postgres login with a managed password)')
     .option('--datatable <name>', 'data table', 'main')
-    .option('--tenant <tenant...>', 'user:EMAIL, group:NAME, folder:NAME or *')
+    .option(
+      '--tenant <tenant...>',
+      'user:EMAIL, group:NAME, folder:NAME, * (signed-in users), embed:* or embed:APP (embed viewers)',
+    )
     .action((name: string, options: { datatable: string; tenant?: string[] }) =>
       withCatalog(async ({ datatables }) => {
         const change = await datatables.admin.createRole(ws(), options.datatable, name, {

@@ -32,7 +32,13 @@ export async function withCatalog<T>(
   const pool = new pg.Pool({ connectionString: database.url, max: 2 });
   pool.on('error', () => {}); // an idle client's failure; the next query reports its own
   try {
-    datatables = await createDatatables({ connection: database.url, secretKey, logger });
+    // A change returns once every running server acknowledged it: their next run sees it.
+    datatables = await createDatatables({
+      connection: database.url,
+      secretKey,
+      logger,
+      catalog: { awaitPropagation: true },
+    });
     await migrateServer(pool);
     return await fn({ datatables, pool, config });
   } finally {

@@ -4,6 +4,11 @@ import { resolve } from 'node:path';
 export interface ServerConfig {
   /** Catalog + data-table cluster; null = embedded PostgreSQL under `dataDir`. */
   readonly databaseUrl: string | null;
+  /**
+   * A direct connection for this process's one LISTEN client, when `databaseUrl` goes through a
+   * transaction-mode pooler (where LISTEN does not work); null = `databaseUrl`.
+   */
+  readonly listenUrl: string | null;
   /** Redis (comma-separated nodes = Cluster); null = in-process cache. */
   readonly redisUrl: string | null;
   readonly redisCluster: boolean;
@@ -32,6 +37,8 @@ export interface ServerConfig {
    * default on the embedded PostgreSQL only; never into a database you named unless asked.
    */
   readonly seedDemo: boolean;
+  /** Prefix of the demo's role names (roles are cluster-wide: lets several demos share one). */
+  readonly demoRolePrefix: string;
   /** Longest a client may take to send a whole request, headers and body (ms). */
   readonly requestTimeoutMs: number;
   /** Open HTTP connections, all clients together. */
@@ -47,6 +54,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const redisUrl = env['REDIS_URL'] || null;
   return {
     databaseUrl: env['DATABASE_URL'] || null,
+    listenUrl: env['VIEWER_CACHE_LISTEN_URL'] || null,
     redisUrl,
     redisCluster: env['REDIS_CLUSTER'] === 'true' || (redisUrl?.includes(',') ?? false),
     redisPrefix: env['VIEWER_CACHE_REDIS_PREFIX'] || 'vc:',
@@ -77,6 +85,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
     seedDemo: flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO') ?? !env['DATABASE_URL'],
+    demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
     requestTimeoutMs: integer(
       env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
       'VIEWER_CACHE_REQUEST_TIMEOUT_MS',

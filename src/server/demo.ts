@@ -7,7 +7,9 @@ import {
   type RunnableDefinition,
   ViewerCacheError,
 } from '../index.js';
+import { CLINIC_USERS, clinicsWorld, seedClinics } from './demo_clinics.js';
 import type { AppDefinition } from './http.js';
+import type { ScheduleDefinition } from './scheduler.js';
 import type { ApiTokens } from './tokens.js';
 import { demoToken } from './tokens.js';
 
@@ -25,7 +27,7 @@ export interface DemoWorld {
   readonly apps: Record<string, AppDefinition>;
   /** Webhook name → runnable path. */
   readonly hooks: Record<string, string>;
-  readonly schedules: readonly { name: string; path: string; owner: string }[];
+  readonly schedules: readonly ScheduleDefinition[];
 }
 
 interface OrderRow {
@@ -43,7 +45,11 @@ const LIST_ORDERS =
  * the server's job-token route for a workspace (built by the server from validated parts only),
  * for the runnable that starts a child over HTTP with its job token.
  */
-export function demoWorld(childRunUrl: (workspace: string) => URL): DemoWorld {
+export function demoWorld(
+  childRunUrl: (workspace: string) => URL,
+  /** Prefix of the demo's role names (tests share a cluster; roles are cluster-wide). */
+  rolePrefix = '',
+): DemoWorld {
   const listAsViewer = async (ctx: RunContext): Promise<OrderRow[]> => {
     const client = await ctx.datatable('main', { as: 'viewer' });
     return (await client.query<OrderRow>(LIST_ORDERS)).rows;
@@ -95,14 +101,20 @@ export function demoWorld(childRunUrl: (workspace: string) => URL): DemoWorld {
     },
   };
   const paths = Object.keys(runnables);
+  // The second demo app (demo_clinics.ts): the row-level-security guide's dataset.
+  const clinics = clinicsWorld(rolePrefix, DEMO_PUBLISHER);
   return {
-    runnables,
+    runnables: { ...runnables, ...clinics.runnables },
     apps: {
       'orders-dashboard': { publisher: DEMO_PUBLISHER, public: false, runnables: paths },
       'orders-public': { publisher: DEMO_PUBLISHER, public: true, runnables: paths },
+      ...clinics.apps,
     },
     hooks: { 'orders-refresh': 'f/orders/list' },
-    schedules: [{ name: 'orders-digest', path: 'f/orders/list', owner: DEMO_PUBLISHER }],
+    schedules: [
+      { name: 'orders-digest', path: 'f/orders/list', owner: DEMO_PUBLISHER },
+      ...clinics.schedules,
+    ],
   };
 }
 
@@ -137,6 +149,29 @@ export async function seedDemo(options: {
   secretKey: string;
   rolePrefix?: string;
 }): Promise<{ tokens: Record<string, string>; roles: { emea: string; amer: string } }> {
+  const client = new pg.Client({ connectionString: options.databaseUrl });
+  // A connection dying mid-seed fails the query in flight; without a listener it would also be
+  // an unhandled 'error' event.
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    // Several servers started together on a fresh database would otherwise race on every step
+    // (CREATE ROLE, CREATE SCHEMA, policies): one seeds, the others wait, then find it done.
+    // A session lock, released when this connection ends, however the seed ends.
+    await client.query('select pg_advisory_lock($1)', [DEMO_SEED_LOCK.toString()]);
+    return await seedLocked(client, options);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** Serialises demo seeding across processes ('vcdemo' in ASCII). */
+const DEMO_SEED_LOCK = 0x7663_6465_6d6fn;
+
+async function seedLocked(
+  client: pg.Client,
+  options: Parameters<typeof seedDemo>[0],
+): Promise<{ tokens: Record<string, string>; roles: { emea: string; amer: string } }> {
   const { datatables, databaseUrl, tokens, secretKey } = options;
   const admin = datatables.admin;
   const emea = `${options.rolePrefix ?? ''}sales_emea`;
@@ -152,11 +187,6 @@ export async function seedDemo(options: {
   if (!existing.has(amer))
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
-  const client = new pg.Client({ connectionString: databaseUrl });
-  // A connection dying mid-seed fails the query in flight; without a listener it would also be
-  // an unhandled 'error' event.
-  client.on('error', () => {});
-  await client.connect();
   try {
     await client.query('begin');
     await client.query('create schema if not exists demo');
@@ -189,9 +219,14 @@ export async function seedDemo(options: {
   } catch (err) {
     await client.query('rollback').catch(() => {});
     throw err;
-  } finally {
-    await client.end();
   }
+
+  await seedClinics({
+    datatables,
+    databaseUrl,
+    workspace: DEMO_WORKSPACE,
+    ...(options.rolePrefix === undefined ? {} : { rolePrefix: options.rolePrefix }),
+  });
 
   const known = new Map<string, string>();
   if (firstStart) {
@@ -201,7 +236,7 @@ export async function seedDemo(options: {
     const last = await admin.addMembership(DEMO_WORKSPACE, DEMO_PUBLISHER, 'admin', 'workspace');
     await datatables.waitForGeneration(last.generation);
   }
-  for (const email of [...Object.keys(DEMO_USERS), DEMO_PUBLISHER]) {
+  for (const email of [...Object.keys(DEMO_USERS), ...Object.keys(CLINIC_USERS), DEMO_PUBLISHER]) {
     const token = demoToken(secretKey, email);
     await tokens.store(DEMO_WORKSPACE, email, token, 'demo');
     known.set(email, token);

@@ -5,6 +5,8 @@ import type { Registry } from 'prom-client';
 import {
   type CachedExecutor,
   type Datatables,
+  EmbedInvalidError,
+  type EmbedVerifier,
   type Executor,
   type Job,
   type JobResult,
@@ -14,10 +16,12 @@ import {
 } from '../index.js';
 import { limitConnections } from './connection_limits.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
 import {
   ajvOptions,
   appParams,
+  embedQuery,
   hookBody,
   hookParams,
   MAX_PARAM_LENGTH,
@@ -48,13 +52,17 @@ export interface HttpDeps {
   schedules(): ScheduleStatus[];
   apiTokens: ApiTokens;
   jobTokens: JobTokens;
+  /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
+  embedVerifier?: EmbedVerifier;
   metrics: {
     registry: Registry;
     observeRequest(route: string, status: number): void;
     observeJob(outcome: string): void;
   };
-  /** Checks the cache store (Redis) answers; absent for the in-process store. */
-  pingStore?: () => Promise<void>;
+  /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
+  recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
+  /** The cache store's readiness, `ok` or its state (store_readiness.ts); absent in process. */
+  storeState?: () => Promise<string>;
   /** Largest request body accepted. @default 65536 */
   bodyLimit?: number;
   /** Longest a client may take to send a whole request (ms). @default 10000 */
@@ -151,11 +159,16 @@ export function buildHttpApp(deps: HttpDeps) {
     sendResult(reply, job.id, result);
   };
 
+  /**
+   * `credential` is the token the request was made with: a scoped token's runs hold at most
+   * its user's roles ∩ its scope, whatever the route (app, direct run, preview, webhook).
+   */
   const createJob = (
     workspace: string,
     body: RunBody,
     runAs: string,
     origin: RunOrigin,
+    credential: TokenIdentity | null,
     cacheTtlS?: number,
   ) =>
     executor.createJob({
@@ -164,6 +177,7 @@ export function buildHttpApp(deps: HttpDeps) {
       args: body.args ?? {},
       runAs,
       origin,
+      ...(credential?.roleScope === undefined ? {} : { roleScope: credential.roleScope }),
       ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
     });
 
@@ -193,7 +207,13 @@ export function buildHttpApp(deps: HttpDeps) {
       const session = { email: identity.email };
       await run(
         reply,
-        createJob(workspace, request.body, definition.publisher, { kind: 'app', session }),
+        createJob(
+          workspace,
+          request.body,
+          definition.publisher,
+          { kind: 'app', session },
+          identity,
+        ),
       );
     },
   );
@@ -207,7 +227,35 @@ export function buildHttpApp(deps: HttpDeps) {
       const definition = appRunnable(appName, request.body.path, true);
       await run(
         reply,
-        createJob(workspace, request.body, definition.publisher, { kind: 'app', session: null }),
+        createJob(
+          workspace,
+          request.body,
+          definition.publisher,
+          { kind: 'app', session: null },
+          null,
+        ),
+      );
+    },
+  );
+
+  // A per-viewer embed link: runs as the publisher, for the embed viewer the host signed — its
+  // verified attributes and email, never the token. The token comes in `Authorization: Bearer`
+  // or `?token=` (a link); neither is ever logged (the log line names the route, not the URL).
+  app.post<{ Params: AppParams; Body: RunBody; Querystring: { token?: string } }>(
+    '/api/w/:workspace/embed/apps/:app/run',
+    { schema: { params: appParams, body: runBody, querystring: embedQuery } },
+    async (request, reply) => {
+      const { workspace, app: appName } = request.params;
+      const token = bearer(request) ?? request.query.token ?? null;
+      if (token === null) throw new EmbedInvalidError('an embed link needs its token');
+      if (deps.embedVerifier === undefined) {
+        throw new EmbedInvalidError('this server does not accept embed links');
+      }
+      const viewer = await deps.embedVerifier.verify(token, { workspace, app: appName });
+      const definition = appRunnable(appName, request.body.path, false);
+      await run(
+        reply,
+        createJob(workspace, request.body, definition.publisher, { kind: 'embed', viewer }, null),
       );
     },
   );
@@ -218,8 +266,12 @@ export function buildHttpApp(deps: HttpDeps) {
     { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
-      const caller = { email: (await authenticate(request, workspace)).email };
-      await run(reply, createJob(workspace, request.body, caller.email, { kind: 'run', caller }));
+      const identity = await authenticate(request, workspace);
+      const caller = { email: identity.email };
+      await run(
+        reply,
+        createJob(workspace, request.body, caller.email, { kind: 'run', caller }, identity),
+      );
     },
   );
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
@@ -227,16 +279,18 @@ export function buildHttpApp(deps: HttpDeps) {
     { schema: runSchema },
     async (request, reply) => {
       const { workspace } = request.params;
-      const caller = { email: (await authenticate(request, workspace)).email };
+      const identity = await authenticate(request, workspace);
+      const caller = { email: identity.email };
       // Previews are never cached: they stand for a draft.
       await run(
         reply,
-        createJob(workspace, request.body, caller.email, { kind: 'preview', caller }, 0),
+        createJob(workspace, request.body, caller.email, { kind: 'preview', caller }, identity, 0),
       );
     },
   );
 
-  // A child run with a job token: runs as the parent's runner, for the parent's viewer.
+  // A child run with a job token: runs as the parent's runner, for the parent's viewer, within the
+  // parent's role scope (the executor narrows a job-token origin by its parent's perms).
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run_child',
     { schema: runSchema },
@@ -249,7 +303,7 @@ export function buildHttpApp(deps: HttpDeps) {
       if (grant.workspace !== workspace)
         throw new HttpError(403, 'E_FORBIDDEN', 'that job belongs to another workspace');
       const origin: RunOrigin = { kind: 'job-token', parent: { perms: grant.perms } };
-      await run(reply, createJob(workspace, request.body, grant.perms.email, origin));
+      await run(reply, createJob(workspace, request.body, grant.perms.email, origin, null));
     },
   );
 
@@ -263,9 +317,17 @@ export function buildHttpApp(deps: HttpDeps) {
       const path = Object.hasOwn(hooks, hook) ? hooks[hook] : undefined;
       if (path === undefined) throw new HttpError(404, 'E_UNKNOWN_HOOK', 'no such webhook');
       const body = { path, args: request.body };
-      await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }));
+      await run(reply, createJob(workspace, body, identity.email, { kind: 'trigger' }, identity));
     },
   );
+
+  if (deps.recipients !== undefined) {
+    registerRecipientRoutes(app, {
+      ...deps.recipients,
+      authenticate,
+      appRunnable: (appName, path) => appRunnable(appName, path, false),
+    });
+  }
 
   app.get<{ Params: WorkspaceParams }>(
     '/api/w/:workspace/schedules',
@@ -290,12 +352,7 @@ export function buildHttpApp(deps: HttpDeps) {
       () => (checks['postgres'] = 'ok'),
       () => (checks['postgres'] = 'down'),
     );
-    if (deps.pingStore) {
-      await deps.pingStore().then(
-        () => (checks['redis'] = 'ok'),
-        () => (checks['redis'] = 'down'),
-      );
-    }
+    if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
     const ok = Object.values(checks).every((value) => value === 'ok');
     return reply.status(ok ? 200 : 503).send({ ok, checks });
   });

@@ -28,6 +28,13 @@ export const workspaceParams = params({ workspace });
 export const appParams = params({ workspace, app: name });
 export const hookParams = params({ workspace, hook: name });
 
+/** An embed link's query: its token, if not in the Authorization header; nothing else. */
+export const embedQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { token: { type: 'string', minLength: 1, maxLength: 8192 } },
+} as const;
+
 export const runBody = {
   type: 'object',
   required: ['path'],
@@ -37,6 +44,31 @@ export const runBody = {
     args: { type: 'object' },
   },
 } as const;
+
+/** Most recipients one per-recipient request may name. */
+export const MAX_RECIPIENTS = 1000;
+
+/** A per-recipient run: an app's runnable, and either a list of emails or a group. */
+export const perRecipientBody = {
+  type: 'object',
+  required: ['path'],
+  additionalProperties: false,
+  properties: {
+    path: runBody.properties.path,
+    args: runBody.properties.args,
+    recipients: {
+      type: 'array',
+      minItems: 1,
+      maxItems: MAX_RECIPIENTS,
+      items: { type: 'string', minLength: 3, maxLength: 320, pattern: '^[^\\s@]+@[^\\s@]+$' },
+    },
+    group: { type: 'string', minLength: 1, maxLength: 320, pattern: '^[^\\s\\p{C}]+$' },
+  },
+  oneOf: [{ required: ['recipients'] }, { required: ['group'] }],
+} as const;
+
+export type PerRecipientBody = RunBody &
+  ({ recipients: string[]; group?: undefined } | { group: string; recipients?: undefined });
 
 /** A webhook's payload: any JSON object, passed to the runnable as its args. */
 export const hookBody = { type: 'object' } as const;

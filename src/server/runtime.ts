@@ -8,6 +8,7 @@ import { pino } from 'pino';
 import {
   type CacheStore,
   createDatatables,
+  createEmbedVerifier,
   createExecutor,
   type Datatables,
   InvalidJobError,
@@ -19,12 +20,16 @@ import {
 } from '../index.js';
 import type { ServerConfig } from './config.js';
 import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
+import { EmbedKeys } from './embed_keys.js';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
+import { Outbox } from './outbox.js';
+import { PerRecipientRuns } from './per_recipient_runs.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
+import { redisReadiness } from './store_readiness.js';
 import { ApiTokens, JobTokens } from './tokens.js';
 
 /**
@@ -125,6 +130,12 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     const datatables: Datatables = await createDatatables({
       connection: database.url,
+      // One LISTEN connection per process, named with the pid so each is found in
+      // pg_stat_activity; direct to Postgres when DATABASE_URL is a transaction pooler.
+      listenConnection: {
+        connectionString: config.listenUrl ?? database.url,
+        application_name: `viewer-cache-listener ${process.pid}`,
+      },
       secretKey,
       logger,
     });
@@ -139,7 +150,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     await migrateServer(pool);
 
     let store: CacheStore;
-    let pingStore: (() => Promise<void>) | undefined;
+    let storeState: (() => Promise<string>) | undefined;
     if (config.redisUrl !== null) {
       const redis = openRedis(config);
       redis.on('error', (err: Error) =>
@@ -158,9 +169,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       } else {
         store = new RedisCacheStore(shared);
       }
-      pingStore = async () => {
-        await redis.ping();
-      };
+      storeState = redisReadiness(redis, config.redisTimeoutMs);
     } else {
       store = new MemoryCacheStore();
     }
@@ -172,7 +181,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
       return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
     };
-    const world = demoWorld(childRunUrl);
+    const world = demoWorld(childRunUrl, process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '');
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
@@ -185,6 +194,9 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const apiTokens = new ApiTokens(pool, { logger });
     await apiTokens.start();
     cleanup.push(async () => apiTokens.stop());
+    const embedKeys = new EmbedKeys(pool, { logger });
+    await embedKeys.start();
+    cleanup.push(async () => embedKeys.stop());
 
     let demoTokens: Record<string, string> = {};
     if (config.seedDemo) {
@@ -193,14 +205,28 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         databaseUrl: database.url,
         tokens: apiTokens,
         secretKey,
-        ...(process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX']
-          ? { rolePrefix: process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] }
-          : {}),
+        rolePrefix: config.demoRolePrefix,
       });
       demoTokens = seeded.tokens;
     }
 
-    const scheduler = new Scheduler(DEMO_WORKSPACE, world.schedules, executor, cache, logger);
+    const outbox = new Outbox(pool);
+    const perRecipient = new PerRecipientRuns({
+      executor,
+      cache,
+      outbox,
+      members: (workspace, group) => datatables.admin.listMembers(workspace, 'group', group),
+      logger,
+    });
+
+    const scheduler = new Scheduler(
+      DEMO_WORKSPACE,
+      world.schedules,
+      executor,
+      cache,
+      logger,
+      perRecipient,
+    );
     cleanup.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables);
     const app = buildHttpApp({
@@ -211,13 +237,15 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       apps: world.apps,
       hooks: world.hooks,
       schedules: () => scheduler.status(),
+      recipients: { perRecipient, outbox },
       apiTokens,
       jobTokens,
+      embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
-      ...(pingStore ? { pingStore } : {}),
+      ...(storeState ? { storeState } : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });

@@ -1,11 +1,17 @@
 import type { CachedExecutor, Executor, Logger } from '../index.js';
 import { ViewerCacheError } from '../index.js';
+import type { BatchSummary, PerRecipientRuns, Recipients } from './per_recipient_runs.js';
 
 export interface ScheduleDefinition {
   readonly name: string;
   readonly path: string;
   /** The schedule runs as its owner, with no viewer. */
   readonly owner: string;
+  /**
+   * Run once per recipient instead: each run as the owner with that recipient as its viewer,
+   * each result delivered to that recipient's outbox only (per_recipient_runs.ts).
+   */
+  readonly recipients?: Recipients;
 }
 
 export interface ScheduleStatus {
@@ -15,6 +21,8 @@ export interface ScheduleStatus {
   readonly lastRunAt: string | null;
   /** `ok`, or the error code of the last run (E_NO_VIEWER for a viewer-only runnable). */
   readonly lastOutcome: string | null;
+  /** A per-recipient schedule's last batch: its id and counts, never a row or a recipient. */
+  readonly lastBatch?: Omit<BatchSummary, 'outcomes'>;
 }
 
 /**
@@ -24,7 +32,12 @@ export interface ScheduleStatus {
 export class Scheduler {
   readonly #status = new Map<
     string,
-    { runs: number; lastRunAt: string | null; lastOutcome: string | null }
+    {
+      runs: number;
+      lastRunAt: string | null;
+      lastOutcome: string | null;
+      lastBatch?: Omit<BatchSummary, 'outcomes'>;
+    }
   >();
   #timer: NodeJS.Timeout | undefined;
 
@@ -34,6 +47,8 @@ export class Scheduler {
     private readonly executor: Executor,
     private readonly cache: CachedExecutor,
     private readonly logger: Logger,
+    /** Runs the schedules that name recipients; without it, they fail with E_INTERNAL. */
+    private readonly perRecipient?: PerRecipientRuns,
   ) {
     for (const schedule of schedules)
       this.#status.set(schedule.name, { runs: 0, lastRunAt: null, lastOutcome: null });
@@ -66,6 +81,18 @@ export class Scheduler {
     state.runs++;
     state.lastRunAt = new Date().toISOString();
     try {
+      if (schedule.recipients !== undefined) {
+        if (this.perRecipient === undefined) throw new Error('no per-recipient runner');
+        const { outcomes: _none, ...batch } = await this.perRecipient.run({
+          workspace: this.workspace,
+          path: schedule.path,
+          runAs: schedule.owner,
+          recipients: schedule.recipients,
+        });
+        state.lastBatch = batch;
+        state.lastOutcome = 'ok';
+        return;
+      }
       const job = this.executor.createJob({
         workspace: this.workspace,
         path: schedule.path,

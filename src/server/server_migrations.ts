@@ -45,6 +45,56 @@ const MIGRATIONS: readonly Migration[] = [
       `insert into ${SERVER_SCHEMA}.token_generation (id, value) values (true, 1)`,
     ],
   },
+  {
+    version: 2,
+    name: 'scoped api tokens',
+    statements: [
+      // The catalog ids (role OIDs) a token is scoped to; NULL = unscoped. Never empty: an
+      // empty scope would grant nothing, and `token create` refuses it before it gets here.
+      `alter table ${SERVER_SCHEMA}.api_token add column role_scope bigint[]
+         check (role_scope is null or cardinality(role_scope) > 0)`,
+    ],
+  },
+  {
+    version: 3,
+    name: 'outbox',
+    statements: [
+      // What a per-recipient job delivered to each recipient: their result, or the code of their
+      // refusal. Read back only by the recipient (GET /api/w/:workspace/outbox).
+      `create table ${SERVER_SCHEMA}.outbox (
+        id bigint generated always as identity primary key,
+        workspace text not null,
+        recipient text not null,
+        batch uuid not null,
+        runnable text not null,
+        created_at timestamptz not null default now(),
+        result jsonb,
+        error_code text,
+        from_cache boolean not null default false,
+        check ((result is null) <> (error_code is null))
+      )`,
+      `create index outbox_recipient on ${SERVER_SCHEMA}.outbox (workspace, recipient, id desc)`,
+    ],
+  },
+  {
+    version: 4,
+    name: 'embed keys',
+    statements: [
+      // Public halves only: the signing key goes to the host once (`embed-key create`) and is
+      // never stored. A revoked key stays (revoked_at set) so its links are refused by code.
+      // Revocations bump token_generation, which every process already polls (embed_keys.ts).
+      `create table ${SERVER_SCHEMA}.embed_key (
+        workspace text not null,
+        kid text not null check (kid ~ '^[A-Za-z0-9_-]{1,64}$'),
+        alg text not null check (alg in ('EdDSA', 'ES256')),
+        public_jwk jsonb not null check (not (public_jwk ? 'd')),
+        label text,
+        created_at timestamptz not null default now(),
+        revoked_at timestamptz,
+        primary key (workspace, kid)
+      )`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

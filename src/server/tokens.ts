@@ -8,6 +8,11 @@ import { SERVER_SCHEMA } from './server_migrations.js';
 export interface TokenIdentity {
   readonly workspace: string;
   readonly email: string;
+  /**
+   * A scoped token's role scope (catalog ids, sorted): runs made with it hold at most the
+   * owner's roles ∩ these (`JobRequest.roleScope`). Absent: the owner's full roles.
+   */
+  readonly roleScope?: readonly number[];
 }
 
 /** A stored token as `token list` shows it: never the token, only a prefix of its hash. */
@@ -17,6 +22,8 @@ export interface TokenInfo {
   readonly email: string;
   readonly label: string | null;
   readonly createdAt: string;
+  /** The catalog ids the token is scoped to, or null when it is not scoped. */
+  readonly roleScope: readonly number[] | null;
 }
 
 const TOKEN_PREFIX = 'vct_';
@@ -80,10 +87,18 @@ export class ApiTokens {
     clearInterval(this.#timer);
   }
 
-  /** Creates a token for `email`; the plain token is returned once and never stored. */
-  async create(workspace: string, email: string, label: string | null = null): Promise<string> {
+  /**
+   * Creates a token for `email`, scoped to the roles whose catalog ids `roleScope` lists (a
+   * non-empty list), or unscoped; the plain token is returned once and never stored.
+   */
+  async create(
+    workspace: string,
+    email: string,
+    label: string | null = null,
+    roleScope?: readonly number[],
+  ): Promise<string> {
     const token = TOKEN_PREFIX + crypto.randomBytes(32).toString('base64url');
-    await this.store(workspace, email, token, label);
+    await this.store(workspace, email, token, label, roleScope);
     return token;
   }
 
@@ -93,11 +108,20 @@ export class ApiTokens {
     email: string,
     token: string,
     label: string | null,
+    roleScope?: readonly number[],
   ): Promise<void> {
+    if (
+      roleScope !== undefined &&
+      (roleScope.length === 0 || !roleScope.every((id) => Number.isInteger(id) && id > 0))
+    ) {
+      // An empty scope is "no roles", not "unscoped": refused rather than stored as either.
+      throw new TypeError('a role scope is a non-empty list of role catalog ids');
+    }
+    const scope = roleScope === undefined ? null : [...new Set(roleScope)].sort((a, b) => a - b);
     await this.#pool.query(
-      `insert into ${SERVER_SCHEMA}.api_token (token_hash, workspace, email, label)
-       values ($1, $2, $3, $4) on conflict (token_hash) do nothing`,
-      [Buffer.from(digestBase64(token), 'base64'), workspace, email, label],
+      `insert into ${SERVER_SCHEMA}.api_token (token_hash, workspace, email, label, role_scope)
+       values ($1, $2, $3, $4, $5) on conflict (token_hash) do nothing`,
+      [Buffer.from(digestBase64(token), 'base64'), workspace, email, label, scope],
     );
   }
 
@@ -108,8 +132,10 @@ export class ApiTokens {
       email: string;
       label: string | null;
       created_at: Date;
+      role_scope: number[] | null;
     }>(
-      `select encode(token_hash, 'hex') as id, email, label, created_at
+      `select encode(token_hash, 'hex') as id, email, label, created_at,
+              to_json(role_scope) as role_scope
          from ${SERVER_SCHEMA}.api_token where workspace = $1 order by created_at, token_hash`,
       [workspace],
     );
@@ -118,6 +144,7 @@ export class ApiTokens {
       email: row.email,
       label: row.label,
       createdAt: row.created_at.toISOString(),
+      roleScope: row.role_scope,
     }));
   }
 
@@ -176,11 +203,25 @@ export class ApiTokens {
       if (cached !== undefined) return cached === false ? null : cached;
     }
     const epoch = this.#epoch;
-    const { rows } = await this.#pool.query<TokenIdentity>(
-      `select workspace, email from ${SERVER_SCHEMA}.api_token where token_hash = $1`,
+    const { rows } = await this.#pool.query<{
+      workspace: string;
+      email: string;
+      role_scope: number[] | null;
+    }>(
+      `select workspace, email, to_json(role_scope) as role_scope
+         from ${SERVER_SCHEMA}.api_token where token_hash = $1`,
       [Buffer.from(key, 'base64')],
     );
-    const found = rows[0] ?? null;
+    // The scope is part of the cached identity: one lookup answers who and how narrowly.
+    const row = rows[0];
+    const found: TokenIdentity | null =
+      row === undefined
+        ? null
+        : Object.freeze({
+            workspace: row.workspace,
+            email: row.email,
+            ...(row.role_scope === null ? {} : { roleScope: Object.freeze(row.role_scope) }),
+          });
     if (epoch === this.#epoch) this.#cache.set(key, found ?? false);
     return found;
   }

@@ -41,15 +41,23 @@ export interface TestDatabase {
  * A fresh database cloned from the migrated template. Roles created with `prefix` are dropped
  * with it, together with any `wm_set_` login that holds one of them.
  */
-export async function createTestDatabase(prefix: string): Promise<TestDatabase> {
+export async function createTestDatabase(
+  prefix: string,
+  /** Without the migrated catalog: an empty database, as a first deployment finds it. */
+  options: { empty?: boolean } = {},
+): Promise<TestDatabase> {
   const name = `${prefix}db`;
-  await asAdmin('postgres', (c) =>
-    c.query(`create database ${name} template ${inject('pgTemplate')}`),
-  );
-  // A clone shares the template's catalog id; each test database is its own catalog.
-  await asAdmin(name, (c) =>
-    c.query('update viewer_cache.generation set catalog_id = gen_random_uuid()::text'),
-  );
+  if (options.empty === true) {
+    await asAdmin('postgres', (c) => c.query(`create database ${name}`));
+  } else {
+    await asAdmin('postgres', (c) =>
+      c.query(`create database ${name} template ${inject('pgTemplate')}`),
+    );
+    // A clone shares the template's catalog id; each test database is its own catalog.
+    await asAdmin(name, (c) =>
+      c.query('update viewer_cache.generation set catalog_id = gen_random_uuid()::text'),
+    );
+  }
   return {
     name,
     url: adminUrlFor(name),

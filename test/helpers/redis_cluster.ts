@@ -14,6 +14,12 @@ export interface RedisClusterHandle {
   readonly nodes: Array<{ host: string; port: number }>;
   /** A connected ioredis Cluster client (closed by stop()). */
   readonly client: Cluster;
+  /** Kills master `index` (SIGKILL); its slots stay uncovered until it is started again. */
+  stopNode(index: number): Promise<void>;
+  /** Starts master `index` again on its port, from its nodes file: it rejoins with its slots. */
+  startNode(index: number): Promise<void>;
+  /** Resolves once every running master says `cluster_state:ok`. */
+  waitForOk(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -101,19 +107,19 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
   const cli = requireBinary('redis-cli');
   const dir = await mkdtemp(join(tmpdir(), 'vc-redis-cluster-'));
   const processes: ChildProcess[] = [];
+  const kill = async (child: ChildProcess) => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill('SIGKILL');
+    await exited;
+  };
   const stopProcesses = async () => {
-    await Promise.all(
-      processes.map(async (child) => {
-        if (child.exitCode !== null || child.signalCode !== null) return;
-        const exited = once(child, 'exit');
-        child.kill('SIGKILL');
-        await exited;
-      }),
-    );
+    await Promise.all(processes.map(kill));
     await rm(dir, { recursive: true, force: true });
   };
   try {
     const nodes: Array<{ host: string; port: number }> = [];
+    const busPorts: number[] = [];
     const used = new Set<number>();
     const port = async () => {
       // freePort only says the port was free a moment ago: never hand out the same one twice
@@ -130,6 +136,7 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       const busPort = await port();
       processes.push(await startNode(dir, clientPort, busPort));
       nodes.push({ host: '127.0.0.1', port: clientPort });
+      busPorts.push(busPort);
     }
     await run(
       cli,
@@ -145,19 +152,29 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
     );
     // Slot assignments spread by gossip: poll each node's view until all agree the cluster is
     // up. This waits on an external process; there is no event to subscribe to.
-    const deadline = Date.now() + 20_000;
-    for (;;) {
-      const states = await Promise.all(nodes.map((node) => clusterStateOk(node.port)));
-      if (states.every(Boolean)) break;
-      if (Date.now() > deadline) throw new Error('Redis Cluster did not reach cluster_state:ok');
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    const waitForOk = async () => {
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const states = await Promise.all(nodes.map((node) => clusterStateOk(node.port)));
+        if (states.every(Boolean)) return;
+        if (Date.now() > deadline) throw new Error('Redis Cluster did not reach cluster_state:ok');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    await waitForOk();
     const client = new Cluster(nodes, { redisOptions: { maxRetriesPerRequest: 1 } });
     client.on('error', () => {});
     await once(client, 'ready');
     return {
       nodes,
       client,
+      async stopNode(index) {
+        await kill(processes[index]!);
+      },
+      async startNode(index) {
+        processes[index] = await startNode(dir, nodes[index]!.port, busPorts[index]!);
+      },
+      waitForOk,
       async stop() {
         await client.quit().catch(() => client.disconnect());
         await stopProcesses();

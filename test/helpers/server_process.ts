@@ -70,6 +70,11 @@ export class ServerProcess {
     this.ready.catch(() => {});
   }
 
+  /** The server's process id (it is spawned directly: no shell in between). */
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
   get running(): boolean {
     return this.#child.exitCode === null && this.#child.signalCode === null;
   }

@@ -19,7 +19,18 @@ import { ViewerCacheError } from '../../src/errors.js';
 const WS = 'ws';
 const RUNNER = 'runner@x';
 const VIEWER = 'viewer@x';
-const TENANTS = ['*', `user:${VIEWER}`, `user:${RUNNER}`, 'group:g1', 'group:g2', 'folder:f'];
+const TENANTS = [
+  '*',
+  `user:${VIEWER}`,
+  `user:${RUNNER}`,
+  'group:g1',
+  'group:g2',
+  'folder:f',
+  'embed:*',
+  'embed:orders',
+];
+/** Stands for an embed viewer of app `orders` (the viewer arbitrary's fourth kind). */
+const EMBED = 'embed viewer';
 const NAMES = ['main', 'other'];
 
 interface Config {
@@ -160,11 +171,20 @@ function stateOf(config: Config): CatalogState {
   return new CatalogState(7, datatables, roles, memberships, 'catalog');
 }
 
-function authorizationOf(state: CatalogState, viewer: string | null): JobAuthorization {
+function authorizationOf(
+  state: CatalogState,
+  viewer: string | null,
+  roleScope?: readonly number[],
+): JobAuthorization {
   const parties: JobParties = {
     workspace: WS,
     runner: { email: RUNNER, principals: state.principals(WS, RUNNER) },
-    viewer: viewer === null ? null : { email: viewer, principals: state.principals(WS, viewer) },
+    viewer:
+      viewer === null || viewer === EMBED
+        ? null
+        : { email: viewer, principals: state.principals(WS, viewer) },
+    ...(viewer === EMBED ? { embed: { app: 'orders' } } : {}),
+    ...(roleScope === undefined ? {} : { roleScope }),
   };
   return new JobAuthorization(state, parties);
 }
@@ -198,7 +218,7 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
       fc.property(
         configArb,
         changeArb,
-        fc.constantFrom<string | null>(VIEWER, null, RUNNER),
+        fc.constantFrom<string | null>(VIEWER, null, RUNNER, EMBED),
         (config, c, viewer) => {
           const before = authorizationOf(stateOf(config), viewer);
           const after = authorizationOf(stateOf(change(config, c)), viewer);
@@ -213,7 +233,29 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     // Both sides of the equivalence were exercised, not just one.
     expect(equal).toBeGreaterThan(300);
     expect(different).toBeGreaterThan(300);
-  });
+    // 3,000 catalogs take a few seconds on a busy 2-core machine.
+  }, 30_000);
+
+  it('the same equivalence holds under a role scope (a scoped API key)', () => {
+    let different = 0;
+    fc.assert(
+      fc.property(
+        configArb,
+        changeArb,
+        fc.constantFrom<string | null>(VIEWER, null, RUNNER),
+        fc.subarray([101, 102, 103, 104]),
+        (config, c, viewer, scope) => {
+          const before = authorizationOf(stateOf(config), viewer, scope);
+          const after = authorizationOf(stateOf(change(config, c)), viewer, scope);
+          const sameGrants = outcomes(before).join('|') === outcomes(after).join('|');
+          if (!sameGrants) different++;
+          expect(before.fingerprint === after.fingerprint).toBe(sameGrants);
+        },
+      ),
+      { numRuns: 1000 },
+    );
+    expect(different).toBeGreaterThan(50);
+  }, 30_000);
 
   it('never grants admin, and a run with no viewer is refused as the viewer', () => {
     const state = stateOf({

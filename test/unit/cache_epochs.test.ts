@@ -40,4 +40,28 @@ describe('withEpochs: the epochs current at a run’s start join its fingerprint
     const odd = withEpochs(() => 42 as unknown as string, invalidation('a.0.0'))(job);
     expect(odd).toBe(42);
   });
+
+  it('keeps a tracking fingerprint tracking: settled keys get the start epochs, none if invalidated', async () => {
+    let tag = 'a.0.0';
+    const moving: CacheInvalidation = { tag: () => tag, invalidate: async () => {} };
+    const abandoned: string[] = [];
+    const tracked = Object.assign(() => 'predicted', {
+      track: () => ({
+        settle: (fp: string | null) => [fp, 'asked'],
+        abandon: () => abandoned.push('x'),
+      }),
+    });
+    const fn = withEpochs(tracked, moving);
+    const started = fn(job) as string;
+    expect(started).toBe('ea.0.0:spredicted');
+    await expect(fn.track!(job).settle(started)).resolves.toEqual([
+      'ea.0.0:spredicted',
+      'ea.0.0:sasked',
+    ]);
+    const run = fn.track!(job);
+    tag = 'a.1.0'; // invalidated while it ran
+    await expect(run.settle(started)).resolves.toBeUndefined();
+    fn.track!(job).abandon();
+    expect(abandoned).toHaveLength(1);
+  });
 });

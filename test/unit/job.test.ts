@@ -29,6 +29,16 @@ describe('recordViewer (SPEC invariant 1)', () => {
     ['schedule → none', { kind: 'schedule' }, null],
     ['trigger → none', { kind: 'trigger' }, null],
     ['AI-agent tool step → none', { kind: 'agent-tool' }, null],
+    [
+      'one run of a per-recipient job → that recipient',
+      { kind: 'recipient', recipient: { email: alice } },
+      alice,
+    ],
+    [
+      'embed link → no signed-in viewer, even with an email (see embed_viewer.test.ts)',
+      { kind: 'embed', viewer: { app: 'orders', attributes: {}, email: alice } },
+      null,
+    ],
   ];
 
   it.each(cases)('%s', (_name, origin, expected) => {
@@ -59,6 +69,8 @@ describe('recordViewer (SPEC invariant 1)', () => {
     ['an app origin without a session field', { kind: 'app' }],
     ['a run origin without a caller', { kind: 'run' }],
     ['a job-token origin without a parent', { kind: 'job-token' }],
+    ['a recipient origin without a recipient', { kind: 'recipient' }],
+    ['a recipient origin with a null recipient', { kind: 'recipient', recipient: null }],
     [
       'a parent whose viewer was never recorded',
       { kind: 'job-token', parent: { perms: { email: 'p@x' } } },
@@ -73,6 +85,7 @@ describe('recordViewer (SPEC invariant 1)', () => {
     ['an empty session email', { kind: 'app', session: { email: '' } }],
     ['an empty caller email', { kind: 'run', caller: { email: '' } }],
     ['a non-string caller email', { kind: 'preview', caller: { email: 42 as unknown as string } }],
+    ['an empty recipient email', { kind: 'recipient', recipient: { email: '' } }],
     [
       'a parent viewer that is the empty string',
       { kind: 'job-token', parent: { perms: { email: publisher, endUserEmail: '' } } },
@@ -97,6 +110,14 @@ describe('recordViewer (SPEC invariant 1)', () => {
       caller: { email: alice },
     } as unknown as RunOrigin;
     expect(recordViewer(anonymous)).toBeNull();
+    // A recipient run's viewer is the recipient, whatever else the origin carries.
+    const recipient = {
+      kind: 'recipient',
+      recipient: { email: alice },
+      caller: { email: publisher },
+      session: { email: publisher },
+    } as unknown as RunOrigin;
+    expect(recordViewer(recipient)).toBe(alice);
   });
 });
 
@@ -133,6 +154,7 @@ describe('executor.createJob records the viewer from the origin only', () => {
     ['schedule', { kind: 'schedule' }, null],
     ['trigger', { kind: 'trigger' }, null],
     ['agent tool', { kind: 'agent-tool' }, null],
+    ['per-recipient run', { kind: 'recipient', recipient: { email: alice } }, alice],
   ])('%s: args carrying endUserEmail, viewer and as change nothing', async (_n, origin, viewer) => {
     const plain = executor.createJob({
       workspace: 'ws',

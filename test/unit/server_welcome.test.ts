@@ -36,4 +36,13 @@ describe('printWelcome', () => {
     printWelcome(json.out, URL, TOKENS, true);
     expect(JSON.parse(json.text())).toEqual({ url: URL, tokens: TOKENS });
   });
+
+  it('to a terminal: the clinics users get the clinics app, the per-recipient run and their outbox', () => {
+    const { out, text } = capture(true);
+    const nora = 'vct_nora_nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn';
+    printWelcome(out, URL, { ...TOKENS, 'nora@example.com': nora }, false);
+    expect(text()).toContain(`/api/w/demo/apps/clinics/run -H 'authorization: Bearer ${nora}'`);
+    expect(text()).toContain('/api/w/demo/apps/clinics/runs/per-recipient');
+    expect(text()).toContain(`/api/w/demo/outbox -H 'authorization: Bearer ${nora}'`);
+  });
 });

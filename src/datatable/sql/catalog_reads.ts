@@ -19,6 +19,12 @@ export const READ_ROLES = `
 
 export const READ_MEMBERSHIPS = 'select workspace, email, kind, name from viewer_cache.membership';
 
+/** The members of one group or folder, in a stable order. */
+export const LIST_MEMBERS = `
+  select email from viewer_cache.membership
+   where workspace = $1 and kind = $2 and name = $3
+   order by email`;
+
 /** Governing tables with their stamps: '' is the table's own, others are per viewer. */
 export const READ_GOVERNING = `
   select g.workspace, g.datatable, g.relation, v.viewer, v.version

@@ -22,6 +22,8 @@
 export const NO_IDENTITY = 'VC401';
 /** SQLSTATE of reading an attribute the viewer was not given. */
 export const NO_ATTRIBUTE = 'VC402';
+/** SQLSTATE of reading the email of an embed viewer whose assertion carries none. */
+export const NO_EMAIL = 'VC403';
 
 export const INSTALL = [
   'create schema if not exists viewer_cache',
@@ -33,23 +35,31 @@ export const INSTALL = [
      email text not null,
      attributes jsonb not null default '{}'::jsonb
    )`,
+  // An embed viewer's assertion may carry no email (tables made before embed viewers: NOT NULL).
+  'alter table viewer_cache.lease_identity alter column email drop not null',
   'revoke all on viewer_cache.lease_identity from public',
   `create or replace function viewer_cache.viewer_email() returns text
      language plpgsql stable security definer
      set search_path = pg_catalog, pg_temp
    as $vc$
    declare
+     bound boolean;
      found text;
    begin
-     select i.email into found
+     select true, i.email into bound, found
        from viewer_cache.lease_identity i
       where i.pid = pg_catalog.pg_backend_pid()
         and i.client_addr is not distinct from pg_catalog.inet_client_addr()
         and i.client_port is not distinct from pg_catalog.inet_client_port();
-     if found is null then
+     if bound is null then
        raise exception 'this connection carries no viewer identity'
          using errcode = '${NO_IDENTITY}',
                hint = 'only a run with a viewer, connected with ?as=viewer, has one';
+     end if;
+     if found is null then
+       raise exception 'this viewer has no email'
+         using errcode = '${NO_EMAIL}',
+               hint = 'an embed viewer has an email only when its host signed one';
      end if;
      return found;
    end

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { CLINIC_USERS } from '../../../src/server/demo_clinics.js';
 import { demoToken } from '../../../src/server/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
@@ -37,7 +38,15 @@ const AMER_ROLE = `${prefix}sales_amer`;
 const REDIS_PREFIX = `vc-e2e:${prefix}`;
 const SECRET_KEY = randomBytes(32).toString('hex');
 /** The demo's derived tokens: seeded, but never printed when stdout is not a terminal. */
-const DEMO_EMAILS = [ALICE, BOB, CAROL, DAVE, 'publisher@example.com'];
+const DEMO_EMAILS = [
+  ALICE,
+  BOB,
+  CAROL,
+  DAVE,
+  'publisher@example.com',
+  // The clinics demo app's users (server_acceptance_table.test.ts).
+  ...Object.keys(CLINIC_USERS),
+];
 const DEMO_TOKENS = DEMO_EMAILS.map((email) => demoToken(SECRET_KEY, email));
 
 interface Order {
@@ -274,6 +283,23 @@ describe('runs with no viewer are refused a viewer connection', () => {
           lastRunAt: expect.any(String),
           lastOutcome: 'E_NO_VIEWER',
         },
+        // The clinics app's schedule (server_acceptance_table.test.ts): identity reads refused.
+        {
+          name: 'clinics-digest',
+          path: 'f/clinics/digest',
+          runs: 1,
+          lastRunAt: expect.any(String),
+          lastOutcome: 'E_NO_VIEWER',
+        },
+        // …and its schedule that runs once per provider, each delivered to their outbox.
+        {
+          name: 'clinics-per-provider',
+          path: 'f/clinics/patients',
+          runs: 1,
+          lastRunAt: expect.any(String),
+          lastOutcome: 'ok',
+          lastBatch: expect.objectContaining({ recipients: 4, delivered: 4 }),
+        },
       ],
     });
   });
@@ -477,6 +503,8 @@ describe('tokens: checked input, listed, revoked everywhere within a second', ()
         email: BOB,
         label: 'to-revoke',
         createdAt: expect.any(String),
+        roleScope: null,
+        roles: null,
       },
     ]);
     // The other workspace's token is not listed here.

@@ -1,0 +1,276 @@
+import pg from 'pg';
+import type { Datatables, RunnableDefinition } from '../index.js';
+import type { AppDefinition } from './http.js';
+
+// The second demo app: the dataset of the row-level-security guide (seeds/textql-row-level-
+// security.md). Patients carry their provider's email and their health system; an entitlements
+// table keyed by email says which health systems each person may see. Postgres is the judge:
+// policies read the run's viewer with viewer_cache.viewer_email(), and the entitlements table is a
+// governing table, so deleting a row applies on that viewer's next run.
+
+export const CLINICS_DATATABLE = 'clinics';
+export const CLINICS_APP = 'clinics';
+export const CLINICS_PUBLIC_APP = 'clinics-public';
+
+/** The guide's viewers: who they are, their group (hence role), their entitlements. */
+export const CLINIC_USERS = {
+  /** A provider at Health System North. */
+  'nora@example.com': { group: 'providers', systems: ['north'] },
+  /** A second provider at North. */
+  'nick@example.com': { group: 'providers', systems: ['north'] },
+  /** A provider at Health System South. */
+  'sam@example.com': { group: 'providers', systems: ['south'] },
+  /** A North system administrator: per-clinic counts, no patient detail. */
+  'ada@example.com': { group: 'system_admins', systems: ['north'] },
+  /** Someone with the provider role but no entitlement row. */
+  'rita@example.com': { group: 'providers', systems: [] },
+} as const satisfies Record<string, { group: string; systems: readonly string[] }>;
+
+/** The role names of the clinics data table (prefixed in tests: roles are cluster-wide). */
+export function clinicRoles(rolePrefix = '') {
+  return {
+    provider: `${rolePrefix}provider`,
+    systemAdmin: `${rolePrefix}system_admin`,
+    /** The data table's default role: the clinic list only, no patients, no viewer. */
+    directory: `${rolePrefix}clinics_directory`,
+    /** Embed viewers of the clinics app (`embed:clinics`): the patients of their signed system. */
+    embed: `${rolePrefix}clinics_embed`,
+  };
+}
+
+/** The clinics app's runnables, apps and schedule. */
+export function clinicsWorld(rolePrefix = '', publisher: string) {
+  const roles = clinicRoles(rolePrefix);
+  const viewer = `datatable://${CLINICS_DATATABLE}?as=viewer`;
+  const runnables: Record<string, RunnableDefinition> = {
+    // Patient detail: providers only, refused (E_ROLE_REQUIRED) before any query otherwise.
+    // Which patients: the policy's, from the viewer's identity and entitlements.
+    'f/clinics/patients': {
+      kind: 'sql',
+      database: viewer,
+      sql: 'select patient_id, name, clinic from clinics.patients order by patient_id',
+      requiresRole: { datatable: CLINICS_DATATABLE, role: roles.provider },
+      cacheTtlS: 60,
+    },
+    // Aggregates: the rows the viewer may see, counted per clinic.
+    'f/clinics/counts': {
+      kind: 'sql',
+      database: viewer,
+      sql: `select clinic, count(*)::int as patients from clinics.patients
+             group by clinic order by clinic`,
+      cacheTtlS: 60,
+    },
+    // What the schedule runs as the app's creator: a query on the default role (not the viewer's
+    // connection) that reads the viewer's identity. There is none, so Postgres refuses it.
+    'f/clinics/digest': {
+      fn: async (_args, ctx) => {
+        const client = await ctx.datatable(CLINICS_DATATABLE);
+        const { rows } = await client.query(
+          `select c.name, (select viewer_cache.viewer_email()) as for_viewer
+             from clinics.clinics c order by c.id`,
+        );
+        return rows;
+      },
+    },
+  };
+  const paths = Object.keys(runnables);
+  const apps: Record<string, AppDefinition> = {
+    [CLINICS_APP]: { publisher, public: false, runnables: paths },
+    [CLINICS_PUBLIC_APP]: { publisher, public: true, runnables: paths },
+  };
+  return {
+    runnables,
+    apps,
+    schedules: [
+      { name: 'clinics-digest', path: 'f/clinics/digest', owner: publisher },
+      // Each provider's own patients, delivered to their outbox.
+      {
+        name: 'clinics-per-provider',
+        path: 'f/clinics/patients',
+        owner: publisher,
+        recipients: { group: 'providers' },
+      },
+    ],
+  };
+}
+
+/**
+ * Seeds the clinics data table in the catalog's database (a governing table must live there);
+ * every step is idempotent, and memberships and entitlements are written on the first start only,
+ * so a later start does not undo a revocation.
+ */
+export async function seedClinics(options: {
+  datatables: Datatables;
+  databaseUrl: string;
+  workspace: string;
+  rolePrefix?: string;
+}): Promise<{ roles: ReturnType<typeof clinicRoles> }> {
+  const { datatables, databaseUrl, workspace } = options;
+  const admin = datatables.admin;
+  const roles = clinicRoles(options.rolePrefix);
+  const database = new URL(databaseUrl).pathname.slice(1) || 'postgres';
+
+  await admin.createDatatable(workspace, CLINICS_DATATABLE, { database });
+  const existing = new Set(
+    (await admin.listRoles(workspace))
+      .filter((role) => role.datatable === CLINICS_DATATABLE)
+      .map((role) => role.name),
+  );
+  const firstStart = existing.size === 0;
+  if (!existing.has(roles.provider))
+    await admin.createRole(workspace, CLINICS_DATATABLE, roles.provider, {
+      tenants: ['group:providers'],
+    });
+  if (!existing.has(roles.systemAdmin))
+    await admin.createRole(workspace, CLINICS_DATATABLE, roles.systemAdmin, {
+      tenants: ['group:system_admins'],
+    });
+  if (!existing.has(roles.directory))
+    await admin.createRole(workspace, CLINICS_DATATABLE, roles.directory, { tenants: [] });
+  if (!existing.has(roles.embed))
+    await admin.createRole(workspace, CLINICS_DATATABLE, roles.embed, {
+      tenants: [`embed:${CLINICS_APP}`],
+    });
+
+  const client = new pg.Client({ connectionString: databaseUrl });
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    await client.query('begin');
+    await createDataset(client, roles, firstStart);
+    await client.query('commit');
+  } catch (err) {
+    await client.query('rollback').catch(() => {});
+    throw err;
+  } finally {
+    await client.end();
+  }
+
+  await admin.setDefaultRole(workspace, CLINICS_DATATABLE, roles.directory);
+  // Deleting (or adding) someone's entitlement makes that person's next run miss.
+  await admin.addGoverningTable(workspace, CLINICS_DATATABLE, 'clinics.entitlements', {
+    viewerColumn: 'email',
+  });
+  if (firstStart) {
+    let last = { generation: 0 };
+    for (const [email, { group }] of Object.entries(CLINIC_USERS))
+      last = await admin.addMembership(workspace, email, 'group', group);
+    await datatables.waitForGeneration(last.generation);
+  }
+  return { roles };
+}
+
+const CLINICS = [
+  ['n1', 'North Main', 'north'],
+  ['n2', 'North Lakeside', 'north'],
+  ['s1', 'South Central', 'south'],
+] as const;
+
+/** [id, name, clinic, provider] — the health system is the clinic's. */
+const PATIENTS = [
+  [1, 'P. Ames', 'n1', 'nora@example.com'],
+  [2, 'P. Brook', 'n2', 'nora@example.com'],
+  [3, 'P. Chen', 'n1', 'nick@example.com'],
+  [4, 'P. Diaz', 'n2', 'nick@example.com'],
+  [5, 'P. Evans', 's1', 'sam@example.com'],
+  [6, 'P. Ford', 's1', 'sam@example.com'],
+  // Nora's patient at South, where she holds no entitlement: never shown to her.
+  [7, 'P. Gray', 's1', 'nora@example.com'],
+  // Rita's patient: she has the provider role but no entitlement row.
+  [8, 'P. Hale', 'n1', 'rita@example.com'],
+] as const;
+
+async function createDataset(
+  client: pg.Client,
+  roles: ReturnType<typeof clinicRoles>,
+  firstStart: boolean,
+): Promise<void> {
+  const provider = pg.escapeIdentifier(roles.provider);
+  const systemAdmin = pg.escapeIdentifier(roles.systemAdmin);
+  const directory = pg.escapeIdentifier(roles.directory);
+  const embed = pg.escapeIdentifier(roles.embed);
+  await client.query('create schema if not exists clinics');
+  await client.query(
+    `create table if not exists clinics.clinics (
+       id text primary key, name text not null, health_system text not null)`,
+  );
+  await client.query(
+    `create table if not exists clinics.patients (
+       patient_id int primary key, name text not null,
+       clinic text not null references clinics.clinics (id),
+       health_system text not null, provider_email text not null)`,
+  );
+  await client.query(
+    `create table if not exists clinics.entitlements (
+       email text not null, health_system text not null, primary key (email, health_system))`,
+  );
+  for (const [id, name, system] of CLINICS)
+    await client.query(
+      'insert into clinics.clinics values ($1, $2, $3) on conflict (id) do nothing',
+      [id, name, system],
+    );
+  const systemOf = new Map<string, string>(CLINICS.map(([id, , system]) => [id, system]));
+  for (const [id, name, clinic, email] of PATIENTS)
+    await client.query(
+      'insert into clinics.patients values ($1, $2, $3, $4, $5) on conflict (patient_id) do nothing',
+      [id, name, clinic, systemOf.get(clinic), email],
+    );
+  if (firstStart) {
+    for (const [email, { systems }] of Object.entries(CLINIC_USERS))
+      for (const system of systems)
+        await client.query(
+          'insert into clinics.entitlements values ($1, $2) on conflict do nothing',
+          [email, system],
+        );
+  }
+
+  await client.query(
+    `grant usage on schema clinics to ${provider}, ${systemAdmin}, ${directory}, ${embed}`,
+  );
+  await client.query(
+    `grant select on clinics.clinics to ${provider}, ${systemAdmin}, ${directory}`,
+  );
+  await client.query(
+    `grant select on clinics.patients, clinics.entitlements to ${provider}, ${systemAdmin}`,
+  );
+  await client.query(`grant select on clinics.patients to ${embed}`);
+  await client.query('alter table clinics.patients enable row level security');
+  await client.query('alter table clinics.entitlements enable row level security');
+
+  // `(select …)` makes Postgres read the identity once per query, not once per row.
+  const me = '(select viewer_cache.viewer_email())';
+  const entitled = `exists (select 1 from clinics.entitlements e
+                            where e.email = ${me} and e.health_system = patients.health_system)`;
+  // Each policy is written TO the roles it serves: a policy reading the viewer's email never runs
+  // for an embed viewer (who may have none), nor one reading an attribute for a signed-in user.
+  const policies: [string, string, string, string][] = [
+    // A person reads only their own entitlement rows.
+    ['entitlements_own', 'clinics.entitlements', `${provider}, ${systemAdmin}`, `email = ${me}`],
+    // A provider: their own patients, in a health system they are entitled to.
+    [
+      'patients_provider',
+      'clinics.patients',
+      provider,
+      `pg_has_role(current_user, ${pg.escapeLiteral(roles.provider)}, 'member')
+         and provider_email = ${me} and ${entitled}`,
+    ],
+    // A system administrator: every patient of their systems (the app shows them counts only).
+    [
+      'patients_system_admin',
+      'clinics.patients',
+      systemAdmin,
+      `pg_has_role(current_user, ${pg.escapeLiteral(roles.systemAdmin)}, 'member') and ${entitled}`,
+    ],
+    // An embed viewer: the patients of the health system its host signed.
+    [
+      'patients_embed',
+      'clinics.patients',
+      embed,
+      `health_system = (select viewer_cache.viewer_attribute('health_system'))`,
+    ],
+  ];
+  for (const [name, table, to, using] of policies) {
+    await client.query(`drop policy if exists ${name} on ${table}`);
+    await client.query(`create policy ${name} on ${table} for select to ${to} using (${using})`);
+  }
+}

@@ -1,0 +1,81 @@
+import type pg from 'pg';
+import { SERVER_SCHEMA } from './server_migrations.js';
+
+/** One delivery to one recipient: their own result, or the code their run was refused with. */
+export interface OutboxItem {
+  readonly id: string;
+  readonly batch: string;
+  readonly runnable: string;
+  readonly createdAt: string;
+  /** Whether the run was served from the cache (the recipient's own earlier entry). */
+  readonly fromCache: boolean;
+  readonly result?: unknown;
+  readonly error?: { readonly code: string };
+}
+
+export type Delivery =
+  | { readonly json: Uint8Array; readonly fromCache: boolean }
+  | { readonly errorCode: string };
+
+/** The most a recipient reads back in one call, newest first. */
+export const OUTBOX_PAGE = 100;
+
+/**
+ * Per-recipient deliveries (`viewer_cache_server.outbox`). Every read is keyed by the workspace
+ * and the recipient's email, which the caller takes from an authenticated identity only: there is
+ * no way to name another recipient's rows.
+ */
+export class Outbox {
+  constructor(private readonly pool: pg.Pool) {}
+
+  async deliver(
+    workspace: string,
+    recipient: string,
+    batch: string,
+    runnable: string,
+    delivery: Delivery,
+  ): Promise<void> {
+    const ok = 'json' in delivery;
+    await this.pool.query(
+      `insert into ${SERVER_SCHEMA}.outbox
+         (workspace, recipient, batch, runnable, result, error_code, from_cache)
+       values ($1, $2, $3, $4, $5::jsonb, $6, $7)`,
+      [
+        workspace,
+        recipient,
+        batch,
+        runnable,
+        ok ? Buffer.from(delivery.json).toString('utf8') : null,
+        ok ? null : delivery.errorCode,
+        ok ? delivery.fromCache : false,
+      ],
+    );
+  }
+
+  /** `recipient`'s own deliveries in `workspace`, newest first (at most {@link OUTBOX_PAGE}). */
+  async list(workspace: string, recipient: string): Promise<OutboxItem[]> {
+    const { rows } = await this.pool.query<{
+      id: string;
+      batch: string;
+      runnable: string;
+      created_at: Date;
+      from_cache: boolean;
+      result: unknown;
+      error_code: string | null;
+    }>(
+      `select id::text, batch::text, runnable, created_at, from_cache, result, error_code
+         from ${SERVER_SCHEMA}.outbox
+        where workspace = $1 and recipient = $2
+        order by id desc limit ${OUTBOX_PAGE}`,
+      [workspace, recipient],
+    );
+    return rows.map((row) => ({
+      id: row.id,
+      batch: row.batch,
+      runnable: row.runnable,
+      createdAt: row.created_at.toISOString(),
+      fromCache: row.from_cache,
+      ...(row.error_code === null ? { result: row.result } : { error: { code: row.error_code } }),
+    }));
+  }
+}
