@@ -1,4 +1,4 @@
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, Command, Redis } from 'ioredis';
 import { type Duration, resolveDuration } from '../duration.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { CacheStore } from './store.js';
@@ -104,8 +104,42 @@ export class RedisCacheStore implements CacheStore {
       );
     }
     if (this.#smallReplies) this.#batchThisTick();
-    return this.#bounded(this.#client.getBuffer(k), 'get');
+    const client = this.#client;
+    if (client instanceof Redis && !client.options.enableAutoPipelining)
+      return this.#getDirect(client, k);
+    return this.#bounded(client.getBuffer(k), 'get');
   }
+
+  /**
+   * The hit's GET with one promise of our own instead of two: the command is built here (what
+   * `getBuffer` does, minus its argument juggling) and the deadline queue holds the command
+   * itself, rejecting it when overdue as ioredis's own `commandTimeout` does. A reply that comes
+   * after that settles nothing. Measured at 64 concurrent callers (1 KiB): see CHANGELOG.
+   * Only for a single-node client without auto-pipelining (that path goes through `getBuffer`,
+   * so a borrowed client's settings keep working); the key prefix of a borrowed client still
+   * applies, as through `getBuffer`.
+   */
+  #getDirect(client: Redis, k: string): Promise<Uint8Array | null> {
+    const command = new Command('get', [k], {
+      replyEncoding: null,
+      keyPrefix: client.options.keyPrefix,
+    });
+    this.#deadlines.addCommand(command);
+    client.sendCommand(command);
+    return (command.promise as Promise<Buffer | null>).then(this.#gotEntry, this.#getFailed);
+  }
+
+  readonly #gotEntry = (value: Buffer | null): Buffer | null => {
+    // Whether batching GETs pays depends on their replies' size (see #batchThisTick).
+    this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
+    return value;
+  };
+
+  readonly #getFailed = (cause: unknown): never => {
+    // Our own deadline rejects the command with the error it means already.
+    if (cause instanceof StoreUnavailableError) throw cause;
+    throw new StoreUnavailableError('redis get failed', { cause });
+  };
 
   /**
    * Sends the GETs of one tick after the first in one socket write: concurrent callers resumed
@@ -215,6 +249,12 @@ interface Pending {
   settled: boolean;
 }
 
+/** An ioredis GET waiting on a {@link DeadlineQueue}: it settles itself, the queue only ends it. */
+interface PendingCommand {
+  readonly deadline: number;
+  readonly command: Command;
+}
+
 /**
  * Time limits for commands that all share one timeout, with one timer per store instead of one
  * per command. Since every command gets the same timeout, deadlines come in ascending order: the
@@ -227,7 +267,7 @@ interface Pending {
  */
 class DeadlineQueue {
   readonly #timeoutMs: number;
-  #queue: Pending[] = [];
+  #queue: (Pending | PendingCommand)[] = [];
   #head = 0;
   #timer: NodeJS.Timeout | null = null;
 
@@ -247,6 +287,15 @@ class DeadlineQueue {
     return pending;
   }
 
+  /**
+   * A GET that is its own pending entry's settlement: ioredis marks it resolved, and rejecting
+   * a command already rejected (connection lost) does nothing, so nothing is marked here.
+   */
+  addCommand(command: Command): void {
+    this.#queue.push({ deadline: performance.now() + this.#timeoutMs, command });
+    if (this.#timer === null) this.#arm(this.#timeoutMs);
+  }
+
   #arm(ms: number): void {
     // Node timers have millisecond resolution; never arm below 1 ms (that would spin).
     this.#timer = setTimeout(() => this.#sweep(), Math.max(1, Math.ceil(ms)));
@@ -263,7 +312,14 @@ class DeadlineQueue {
     let head = this.#head;
     while (head < queue.length) {
       const pending = queue[head]!;
-      if (!pending.settled) {
+      if ('command' in pending) {
+        if (!pending.command.isResolved) {
+          if (pending.deadline > now) break;
+          pending.command.reject(
+            new StoreUnavailableError(`redis get timed out after ${this.#timeoutMs} ms`),
+          );
+        }
+      } else if (!pending.settled) {
         if (pending.deadline > now) break;
         pending.settled = true;
         pending.reject(
