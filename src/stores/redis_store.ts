@@ -255,6 +255,13 @@ interface PendingCommand {
   readonly command: Command;
 }
 
+function settled(pending: Pending | PendingCommand): boolean {
+  return 'command' in pending ? pending.command.isResolved : pending.settled;
+}
+
+/** What a pruned slot holds: nothing of the command it was. */
+const SETTLED: Pending = { deadline: 0, op: '', reject: () => {}, settled: true };
+
 /**
  * Time limits for commands that all share one timeout, with one timer per store instead of one
  * per command. Since every command gets the same timeout, deadlines come in ascending order: the
@@ -276,6 +283,7 @@ class DeadlineQueue {
   }
 
   add(op: string, reject: (err: unknown) => void): Pending {
+    this.#prune();
     const pending: Pending = {
       deadline: performance.now() + this.#timeoutMs,
       op,
@@ -292,8 +300,34 @@ class DeadlineQueue {
    * a command already rejected (connection lost) does nothing, so nothing is marked here.
    */
   addCommand(command: Command): void {
+    this.#prune();
     this.#queue.push({ deadline: performance.now() + this.#timeoutMs, command });
     if (this.#timer === null) this.#arm(this.#timeoutMs);
+  }
+
+  /**
+   * Drops the settled entries at the head. Replies come back in order, so under steady traffic
+   * this keeps the queue about as long as the number of commands in flight. Without it, a
+   * settled entry stayed until the next sweep, up to a whole timeout later, and with it its
+   * command, its promise and the reply (a view that keeps the socket's whole read chunk
+   * alive): at 64 concurrent callers that was a timeout's worth of hits (~0.2–2 s) kept from
+   * the young generation's collector, which then copied and promoted them.
+   */
+  #prune(): void {
+    const queue = this.#queue;
+    let head = this.#head;
+    while (head < queue.length && settled(queue[head]!)) {
+      queue[head] = SETTLED;
+      head++;
+    }
+    if (head === queue.length) {
+      queue.length = 0;
+      head = 0;
+    } else if (head > 1024 && head * 2 > queue.length) {
+      this.#queue = queue.slice(head);
+      head = 0;
+    }
+    this.#head = head;
   }
 
   #arm(ms: number): void {
