@@ -65,12 +65,15 @@ a test, and CI may run this without gating on it.
 npm run bench                         # everything, ≈ 1–2 min; rewrites the tables below and in README.md
 npm run bench -- --quick --no-write   # a fast look while changing code
 npm run bench -- --only=redis_hit     # some scenarios (their baselines always run); prints only
+npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)
 \`\`\`
 
 Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are written under
 \`vc-bench:<pid>:\`, with a TTL, and deleted at the end. \`DATABASE_URL\` is only read to record
 the Postgres version. For a performance change, run it on main and on the branch, on the same
-machine, and compare the ratios.
+machine, and compare the ratios. Rows share one heap, so garbage one row leaves is collected on
+another's time: for a change in what the hit allocates or keeps alive, compare
+\`bench/redis_process.ts\` runs too (one row per process).
 
 ## Scenarios (one file each, named tier_operation)
 

@@ -169,8 +169,11 @@ class ResultCache implements CachedExecutor {
 
   /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
   #lookup(run: CacheRun): Promise<JobResult> {
-    const pending = this.#flights.get(run.key);
-    if (pending !== undefined) return this.#join(run, pending);
+    // No lookup at all while nothing is in flight, the usual state on a warm cache.
+    if (this.#flights.size > 0) {
+      const pending = this.#flights.get(run.key);
+      if (pending !== undefined) return this.#join(run, pending);
+    }
 
     if (this.#breaker.resting) {
       this.#report.bypass(run.job, 'store-resting');

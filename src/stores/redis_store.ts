@@ -1,4 +1,4 @@
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, Command, Redis } from 'ioredis';
 import { type Duration, resolveDuration } from '../duration.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { CacheStore } from './store.js';
@@ -109,8 +109,42 @@ export class RedisCacheStore implements CacheStore {
       );
     }
     if (this.#smallReplies) this.#batchThisTick();
-    return this.#bounded(this.#client.getBuffer(k), 'get');
+    const client = this.#client;
+    if (client instanceof Redis && !client.options.enableAutoPipelining)
+      return this.#getDirect(client, k);
+    return this.#bounded(client.getBuffer(k), 'get');
   }
+
+  /**
+   * The hit's GET with one promise of our own instead of two: the command is built here (what
+   * `getBuffer` does, minus its argument juggling) and the deadline queue holds the command
+   * itself, rejecting it when overdue as ioredis's own `commandTimeout` does; a reply that comes
+   * after that settles nothing. Fewer objects per hit (no wrapper promise, no closures, no
+   * per-command record to mark); its effect on CPU per hit was within this VM's noise.
+   * Only for a single-node client without auto-pipelining (others go through `getBuffer`, so a
+   * borrowed client's settings keep working); a borrowed client's key prefix still applies.
+   */
+  #getDirect(client: Redis, k: string): Promise<Uint8Array | null> {
+    const command = new Command('get', [k], {
+      replyEncoding: null,
+      keyPrefix: client.options.keyPrefix,
+    });
+    this.#deadlines.addCommand(command);
+    client.sendCommand(command);
+    return (command.promise as Promise<Buffer | null>).then(this.#gotEntry, this.#getFailed);
+  }
+
+  readonly #gotEntry = (value: Buffer | null): Buffer | null => {
+    // Whether batching GETs pays depends on their replies' size (see #batchThisTick).
+    this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
+    return value;
+  };
+
+  readonly #getFailed = (cause: unknown): never => {
+    // Our own deadline rejects the command with the error it means already.
+    if (cause instanceof StoreUnavailableError) throw cause;
+    throw new StoreUnavailableError('redis get failed', { cause });
+  };
 
   /**
    * Sends the GETs of one tick after the first in one socket write: concurrent callers resumed
@@ -220,6 +254,19 @@ interface Pending {
   settled: boolean;
 }
 
+/** An ioredis GET waiting on a {@link DeadlineQueue}: it settles itself, the queue only ends it. */
+interface PendingCommand {
+  readonly deadline: number;
+  readonly command: Command;
+}
+
+function settled(pending: Pending | PendingCommand): boolean {
+  return 'command' in pending ? pending.command.isResolved : pending.settled;
+}
+
+/** What a pruned slot holds: nothing of the command it was. */
+const SETTLED: Pending = { deadline: 0, op: '', reject: () => {}, settled: true };
+
 /**
  * Time limits for commands that all share one timeout, with one timer per store instead of one
  * per command. Since every command gets the same timeout, deadlines come in ascending order: the
@@ -232,7 +279,7 @@ interface Pending {
  */
 class DeadlineQueue {
   readonly #timeoutMs: number;
-  #queue: Pending[] = [];
+  #queue: (Pending | PendingCommand)[] = [];
   #head = 0;
   #timer: NodeJS.Timeout | null = null;
 
@@ -241,6 +288,7 @@ class DeadlineQueue {
   }
 
   add(op: string, reject: (err: unknown) => void): Pending {
+    this.#prune();
     const pending: Pending = {
       deadline: performance.now() + this.#timeoutMs,
       op,
@@ -250,6 +298,41 @@ class DeadlineQueue {
     this.#queue.push(pending);
     if (this.#timer === null) this.#arm(this.#timeoutMs);
     return pending;
+  }
+
+  /**
+   * A GET that is its own pending entry's settlement: ioredis marks it resolved, and rejecting
+   * a command already rejected (connection lost) does nothing, so nothing is marked here.
+   */
+  addCommand(command: Command): void {
+    this.#prune();
+    this.#queue.push({ deadline: performance.now() + this.#timeoutMs, command });
+    if (this.#timer === null) this.#arm(this.#timeoutMs);
+  }
+
+  /**
+   * Drops the settled entries at the head. Replies come back in order, so under steady traffic
+   * this keeps the queue about as long as the number of commands in flight. Without it, a
+   * settled entry stayed until the next sweep, up to a whole timeout later, and with it its
+   * command, its promise and the reply (a view that keeps the socket's whole read chunk
+   * alive): at 64 concurrent callers that was a timeout's worth of hits (~0.2–2 s) kept from
+   * the young generation's collector, which then copied and promoted them.
+   */
+  #prune(): void {
+    const queue = this.#queue;
+    let head = this.#head;
+    while (head < queue.length && settled(queue[head]!)) {
+      queue[head] = SETTLED;
+      head++;
+    }
+    if (head === queue.length) {
+      queue.length = 0;
+      head = 0;
+    } else if (head > 1024 && head * 2 > queue.length) {
+      this.#queue = queue.slice(head);
+      head = 0;
+    }
+    this.#head = head;
   }
 
   #arm(ms: number): void {
@@ -268,7 +351,14 @@ class DeadlineQueue {
     let head = this.#head;
     while (head < queue.length) {
       const pending = queue[head]!;
-      if (!pending.settled) {
+      if ('command' in pending) {
+        if (!pending.command.isResolved) {
+          if (pending.deadline > now) break;
+          pending.command.reject(
+            new StoreUnavailableError(`redis get timed out after ${this.#timeoutMs} ms`),
+          );
+        }
+      } else if (!pending.settled) {
         if (pending.deadline > now) break;
         pending.settled = true;
         pending.reject(

@@ -96,6 +96,24 @@ describe('RedisCacheStore specifics', () => {
     expect(Buffer.from((await a.get('k'))!).toString()).toBe('from a');
   });
 
+  it("honours a borrowed client's own keyPrefix and auto-pipelining on reads", async () => {
+    for (const enableAutoPipelining of [false, true]) {
+      const client = await rawClient(url, { keyPrefix: `${prefix}client:`, enableAutoPipelining });
+      try {
+        const store = new RedisCacheStore({ redis: client, prefix: 'store:' });
+        await store.set('k', Buffer.from('under both prefixes'), 60_000);
+        expect((await raw.getBuffer(`${prefix}client:store:k`))?.toString()).toBe(
+          'under both prefixes',
+        );
+        const [a, b] = await Promise.all([store.get('k'), store.get('absent')]);
+        expect(Buffer.from(a!).toString()).toBe('under both prefixes');
+        expect(b).toBeNull();
+      } finally {
+        await client.quit();
+      }
+    }
+  });
+
   it('returns bytes (a Buffer), never a decoded string', async () => {
     const store = new RedisCacheStore({ redis: raw, prefix });
     await store.set('bin', Uint8Array.from([0xff, 0x00, 0xfe]), 60_000);
