@@ -94,6 +94,10 @@ another's time: for a change in what the hit allocates or keeps alive, compare
   \`serialize: false\`), memory+Redis served from L1, and memory+Redis with a one-entry L1 so
   every call takes the L2 (Redis) path. The value cached is the result's JSON text; each call
   derives its key with \`cachedResultPath\`, as ours does.
+- \`two_tier_hit.ts\` — hits through \`TwoTierCacheStore\` (bus up, entries unsealed like
+  BentoCache's): served by the memory tier (judged against \`bento_tiered_l1_hit\`), and with a
+  memory tier too small to keep anything, so every call reads Redis (against the raw GET and
+  \`bento_tiered_l2_hit\`).
 - \`key_derivation.ts\` — \`cachedResultPath\` alone (ten-field args) beside
   fast-json-stable-stringify + SHA-256 without validation.
 - \`churn_bench.ts\` — 10 000 viewers over 50 groups, warm in-process caches with

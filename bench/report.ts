@@ -148,6 +148,18 @@ export function judge(rows: Row[]): void {
       };
     } else if (row.id === 'key_derivation') {
       row.target = { text: `p50 ≤ ${KEY_P50_MAX_US} µs`, met: row.p50Us <= KEY_P50_MAX_US };
+    } else if (row.id === 'two_tier_memory_hit' || row.id === 'two_tier_redis_hit') {
+      // Issue 10 §3: our memory tier against BentoCache's L1; our Redis path against its L2.
+      const peerId =
+        row.id === 'two_tier_memory_hit' ? 'bento_tiered_l1_hit' : 'bento_tiered_l2_hit';
+      const peer = find(row.payload, row.mode, peerId);
+      if (peer === undefined) continue;
+      const single = row.mode === 'single';
+      const vs = single ? row.p50Us / peer.p50Us : row.opsPerSec / peer.opsPerSec;
+      row.target = {
+        text: `${single ? 'p50' : 'ops/s'} ${fmt(vs, 2)}× \`${peerId}\``,
+        met: single ? vs < 1 : vs > 1,
+      };
     } else if (row.id === 'memory_hit') {
       const peers = ['bento_memory_hit', 'bento_memory_ref_hit']
         .map((id) => find(row.payload, row.mode, id))

@@ -52,6 +52,7 @@ import {
   tables,
   throughputRows,
 } from './report.js';
+import { twoTierHit } from './two_tier_hit.js';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const SIZES = [1024, 64 * 1024];
@@ -110,6 +111,7 @@ async function main(): Promise<void> {
       await redisRawGet(fx, redis),
       await memoryHit(fx),
       await peerHit(fx, redis),
+      await twoTierHit(fx, redis),
     ];
     const scenarios = sets.flatMap((s) => s.scenarios).filter(keep);
     process.stdout.write('latency… ');

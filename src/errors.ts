@@ -272,6 +272,14 @@ export const EmbedRevokedError = defineError(
   401,
 );
 export type EmbedRevokedError = InstanceType<typeof EmbedRevokedError>;
+/** `invalidate` was called on a cache whose store keeps no epochs (a plain Redis or memory store). */
+export const InvalidationUnsupportedError = defineError(
+  'E_INVALIDATION_UNSUPPORTED',
+  'InvalidationUnsupportedError',
+  'this cache store cannot invalidate: use a TwoTierCacheStore (createTwoTierStore)',
+  501,
+);
+export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -295,6 +303,7 @@ export const errors = {
   E_CATALOG: CatalogError,
   E_CONNECTION_LOST: ConnectionLostError,
   E_INVALID_DATA: InvalidDataError,
+  E_INVALIDATION_UNSUPPORTED: InvalidationUnsupportedError,
   E_NO_VIEWER_ATTRIBUTE: NoViewerAttributeError,
   E_ROLE_REQUIRED: RoleRequiredError,
   E_EMBED_INVALID: EmbedInvalidError,

@@ -63,6 +63,7 @@ export {
   ExecutorFailedError,
   ExecutorTimeoutError,
   errors,
+  InvalidationUnsupportedError,
   InvalidDatatableRefError,
   InvalidJobError,
   InvalidRoleNameError,
@@ -115,8 +116,16 @@ export {
 } from './job.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
+export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';
 export type { RawRedisCacheStoreOptions } from './stores/redis_store.js';
 export { RedisCacheStore } from './stores/redis_store.js';
-export type { CacheStore } from './stores/store.js';
+export type {
+  CacheInvalidation,
+  CacheStore,
+  InvalidatingCacheStore,
+  InvalidationScope,
+} from './stores/store.js';
+export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
+export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';

@@ -78,6 +78,17 @@ export function decodeEntry(
   return buf.subarray(HEADER);
 }
 
+/**
+ * The expiry an envelope (plain or sealed: both keep it at bytes 4–11, in clear) claims, or
+ * `null` when `entry` is no envelope. For bounding how long a tier in front keeps a copy: a
+ * claim is not a proof (a forged one fails `decode` on every read), so it only ever shortens.
+ */
+export function claimedExpiry(entry: Uint8Array): number | null {
+  if (entry.byteLength < 12 || entry[0] !== MAGIC_0 || entry[1] !== MAGIC_1) return null;
+  const expiresAt = asBuffer(entry).readDoubleBE(4);
+  return Number.isFinite(expiresAt) ? expiresAt : null;
+}
+
 /** A Buffer view of `bytes` (itself when it already is one). */
 export function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes)

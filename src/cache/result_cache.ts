@@ -1,4 +1,4 @@
-import { InvalidJobError } from '../errors.js';
+import { InvalidationUnsupportedError, InvalidJobError } from '../errors.js';
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import {
   ComputedResult,
@@ -9,9 +9,10 @@ import {
   StoredResult,
 } from '../job.js';
 import type { Logger } from '../logger.js';
-import type { CacheStore } from '../stores/store.js';
+import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
 import { SingleFlight } from '../util/single_flight.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
+import { withEpochs } from './cache_epochs.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import { type CacheRun, CacheRuns } from './cache_run.js';
 import {
@@ -29,6 +30,12 @@ export interface CachedExecutor extends JobExecutor {
   /** Runs currently executing on behalf of one or more callers. */
   readonly inFlight: number;
   readonly events: Pick<TypedEmitter<ResultCacheEvents>, 'on' | 'off'>;
+  /**
+   * Drops the cached results of `workspace` (or of one runnable in it) for every process sharing
+   * the store: runs that start afterwards miss, and a run that started before never lands after
+   * it. Rejects with `E_INVALIDATION_UNSUPPORTED` when the store keeps no epochs.
+   */
+  invalidate(scope: InvalidationScope): Promise<void>;
 }
 
 /**
@@ -55,6 +62,7 @@ class ResultCache implements CachedExecutor {
   readonly #inner: JobExecutor;
   readonly #store: CacheStore;
   readonly #fingerprint: FingerprintFn | null;
+  readonly #invalidation: CacheInvalidation | null;
   readonly #maxTtlMs: number;
   readonly #maxEntryBytes: number;
   readonly #breaker: StoreBreaker;
@@ -77,7 +85,14 @@ class ResultCache implements CachedExecutor {
     const resolved = resolveResultCacheOptions(options);
     this.#inner = executor;
     this.#store = resolved.store;
-    this.#fingerprint = resolved.fingerprint;
+    // With a store that invalidates, the epochs current at a run's start join its fingerprint:
+    // in the key (so invalidated entries are never looked up again) and in the check before
+    // storing (so a run that an invalidation overtook does not even write).
+    this.#invalidation = resolved.store.invalidation ?? null;
+    this.#fingerprint =
+      this.#invalidation === null
+        ? resolved.fingerprint
+        : withEpochs(resolved.fingerprint, this.#invalidation);
     this.#maxTtlMs = resolved.maxTtlMs;
     this.#maxEntryBytes = resolved.maxEntryBytes;
     this.#logger = resolved.logger;
@@ -86,6 +101,11 @@ class ResultCache implements CachedExecutor {
     this.#codec =
       resolved.sealSecret === null ? plainEntries : new SealedEntries(resolved.sealSecret);
     this.#runs = new CacheRuns(this.#codec);
+  }
+
+  invalidate(scope: InvalidationScope): Promise<void> {
+    if (this.#invalidation === null) return Promise.reject(new InvalidationUnsupportedError());
+    return this.#invalidation.invalidate(scope);
   }
 
   get inFlight(): number {

@@ -1,12 +1,23 @@
 import { Command, CommanderError, Option } from 'commander';
-import { ViewerCacheError } from '../index.js';
-import { type GlobalOptions, output, withCatalog, workspaceArg } from './cli_context.js';
+import {
+  InvalidationUnsupportedError,
+  publishInvalidation,
+  StoreUnavailableError,
+  ViewerCacheError,
+} from '../index.js';
+import {
+  type GlobalOptions,
+  output,
+  withCatalog,
+  workspaceArg,
+  workspaceOf,
+} from './cli_context.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { createServerLogger, startServer } from './runtime.js';
+import { createServerLogger, openRedis, startServer } from './runtime.js';
 import { printWelcome } from './welcome.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
@@ -228,10 +239,25 @@ export function buildCli(): Command {
       }),
     );
 
-  program
-    .command('cache')
-    .description('cache counters of a running server')
+  const cache = program.command('cache').description('the result cache');
+  cache
+    .command('invalidate')
+    .description(
+      'drop the cached results of the workspace (-w), or of one runnable with --path, in every server sharing REDIS_URL',
+    )
+    .option('--path <path>', "one runnable's path (default: the whole workspace)")
+    .action(async (options: { path?: string }) => {
+      const workspace = workspaceOf(program);
+      await invalidateCache(workspace, options.path);
+      output(program, { invalidated: { workspace, path: options.path ?? null } }, () =>
+        options.path === undefined
+          ? `invalidated workspace ${workspace}`
+          : `invalidated ${options.path} in ${workspace}`,
+      );
+    });
+  cache
     .command('stats')
+    .description('cache counters of a running server')
     .option('--url <url>', 'server URL', `http://127.0.0.1:${process.env['PORT'] ?? 3000}`)
     .action(async (options: { url: string }) => {
       const response = await fetch(new URL('/api/cache/stats', options.url));
@@ -245,6 +271,42 @@ export function buildCli(): Command {
     });
 
   return program;
+}
+
+/**
+ * Bumps the epoch through Redis: every server on the same Redis and prefix hears it on its bus
+ * (or reads it from Redis if its bus is down). Without Redis each server's cache lives in its
+ * own memory, out of reach of another process: refused.
+ */
+async function invalidateCache(workspace: string, path: string | undefined): Promise<void> {
+  const config = readConfig();
+  if (config.redisUrl === null) {
+    throw new InvalidationUnsupportedError(
+      'cache invalidate needs REDIS_URL (the Redis the servers share); without it each server keeps its cache in its own memory: restart the server instead',
+    );
+  }
+  const redis = openRedis(config);
+  redis.on('error', () => {}); // the command below reports its own failure
+  const timeoutMs = Math.max(config.redisTimeoutMs, 2000);
+  try {
+    // The client queues nothing while it connects: wait for it, within the same bound.
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new StoreUnavailableError(`redis did not answer within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      redis.once('ready', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    await publishInvalidation(redis, path === undefined ? { workspace } : { workspace, path }, {
+      prefix: config.redisPrefix,
+      timeoutMs,
+    });
+  } finally {
+    redis.disconnect();
+  }
 }
 
 /** Runs the CLI; resolves to the process exit code. */

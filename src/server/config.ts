@@ -16,6 +16,11 @@ export interface ServerConfig {
   readonly redisPrefix: string;
   /** Longest a Redis command may take before the run goes uncached (ms). */
   readonly redisTimeoutMs: number;
+  /**
+   * With Redis: bytes of recent entries each process keeps in memory in front of it (0 = none,
+   * Redis only, and no invalidation).
+   */
+  readonly memoryTierBytes: number;
   readonly host: string;
   readonly port: number;
   /** Project-local folder for embedded Postgres data, the generated secret key, … */
@@ -58,6 +63,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       'VIEWER_CACHE_REDIS_TIMEOUT_MS',
       1,
       60_000,
+    ),
+    memoryTierBytes: integer(
+      env['VIEWER_CACHE_MEMORY_TIER_BYTES'] ?? String(64 << 20),
+      'VIEWER_CACHE_MEMORY_TIER_BYTES',
+      0,
+      Number.MAX_SAFE_INTEGER,
     ),
     host: env['HOST'] || '127.0.0.1',
     port,

@@ -15,6 +15,7 @@ import {
   type Logger,
   MemoryCacheStore,
   RedisCacheStore,
+  TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
 import type { ServerConfig } from './config.js';
@@ -156,11 +157,18 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         logger.debug({ err: err.message }, 'redis connection error'),
       );
       cleanup.push(() => redis.quit());
-      store = new RedisCacheStore({
-        redis,
-        prefix: config.redisPrefix,
-        commandTimeout: config.redisTimeoutMs,
-      });
+      const shared = { redis, prefix: config.redisPrefix, commandTimeout: config.redisTimeoutMs };
+      if (config.memoryTierBytes > 0) {
+        // Recent entries in memory in front of Redis, and `cache invalidate` heard by everyone.
+        const twoTier = new TwoTierCacheStore({
+          ...shared,
+          memory: { maxBytes: config.memoryTierBytes },
+        });
+        cleanup.push(() => twoTier.close());
+        store = twoTier;
+      } else {
+        store = new RedisCacheStore(shared);
+      }
       storeState = redisReadiness(redis, config.redisTimeoutMs);
     } else {
       store = new MemoryCacheStore();
@@ -252,7 +260,8 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
   }
 }
 
-function openRedis(config: ServerConfig): Redis | Cluster {
+/** The Redis client (single node or Cluster) `REDIS_URL` names. */
+export function openRedis(config: ServerConfig): Redis | Cluster {
   const url = config.redisUrl!;
   if (!config.redisCluster)
     return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });

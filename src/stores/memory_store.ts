@@ -75,6 +75,18 @@ export class MemoryCacheStore implements CacheStore {
     return this.#lru.get(key) ?? null;
   }
 
+  /** The entry under `key` now, without a promise (the two-tier store's hit path). */
+  getNow(key: string): Uint8Array | null {
+    return this.#lru.get(key) ?? null;
+  }
+
+  /** Drops every entry whose key starts with `prefix` (one pass over the keys). */
+  deletePrefix(prefix: string): void {
+    const doomed: string[] = [];
+    for (const key of this.#lru.keys()) if (key.startsWith(prefix)) doomed.push(key);
+    for (const key of doomed) this.#lru.delete(key);
+  }
+
   async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
     if (key.length + value.byteLength > this.#maxEntryBytes) {
       // Not stored, and an older value under the key must not outlive the newer result.

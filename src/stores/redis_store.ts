@@ -94,6 +94,11 @@ export class RedisCacheStore implements CacheStore {
     this.#deadlines = new DeadlineQueue(this.#timeoutMs);
   }
 
+  /** The connection commands go through (shared by `TwoTierCacheStore`'s invalidation bus). */
+  get client(): Redis | Cluster {
+    return this.#client;
+  }
+
   get(key: string): Promise<Uint8Array | null> {
     const k = this.#prefix + key;
     const connecting = this.#connecting;

@@ -12,4 +12,34 @@ export interface CacheStore {
   delete(key: string): Promise<void>;
   /** Releases connections the store opened itself (never an injected client). */
   close?(): Promise<void>;
+  /** Explicit invalidation, when the store offers it (see {@link CacheInvalidation}). */
+  readonly invalidation?: CacheInvalidation;
+}
+
+/** What `invalidate` drops: a whole workspace, or one runnable's entries in it. */
+export interface InvalidationScope {
+  workspace: string;
+  /** A runnable's path: only entries of runs of this runnable (not of runnables calling it). */
+  path?: string;
+}
+
+/**
+ * Explicit invalidation, offered by stores that can keep it (see `TwoTierCacheStore`). The result
+ * cache puts the tag current when a run starts into its key: after `invalidate`, new runs look up
+ * new keys, and whatever a run that started earlier writes is never read.
+ */
+export interface CacheInvalidation {
+  /**
+   * The epochs current for runs of `path` in `workspace`, as text. A string when known in
+   * memory; otherwise a promise read from the source of truth, which rejects when that cannot
+   * be reached (the run then goes uncached).
+   */
+  tag(workspace: string, path: string): string | Promise<string>;
+  /** Bumps the scope's epoch everywhere; resolves once it is in effect in this process. */
+  invalidate(scope: InvalidationScope): Promise<void>;
+}
+
+/** A store that can invalidate explicitly. */
+export interface InvalidatingCacheStore extends CacheStore {
+  readonly invalidation: CacheInvalidation;
 }

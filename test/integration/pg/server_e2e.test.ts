@@ -17,6 +17,7 @@ import {
   isRecord,
   parseJson,
   pollUntil,
+  runCli,
   sample,
 } from '../../helpers/server_process.js';
 
@@ -226,8 +227,10 @@ describe('each viewer gets their own rows and their own cache entries', () => {
       keys.push(...found);
       cursor = next;
     } while (cursor !== '0');
-    expect(keys.length).toBeGreaterThanOrEqual(3);
-    for (const key of keys) {
+    // Beside the entries: the invalidation epochs (workspace and runnable path, no identity).
+    const entries = keys.filter((key) => key !== `${REDIS_PREFIX}epochs`);
+    expect(entries.length).toBeGreaterThanOrEqual(3);
+    for (const key of entries) {
       expect(key).toMatch(new RegExp(`^${REDIS_PREFIX}${WS}/cache/[0-9a-f]{64}$`));
       const value = await e2e.redis.getBuffer(key);
       expectNoSecrets(value?.toString('latin1') ?? '', `the entry ${key}`);
@@ -421,6 +424,42 @@ describe('the CLI', () => {
     });
     expect(counters['hits']).toBeGreaterThanOrEqual(4);
     expect(counters['misses']).toBeGreaterThanOrEqual(4);
+  });
+});
+
+describe('cache invalidate (two tiers: memory in front of the shared Redis)', () => {
+  it('the CLI, another process, invalidates a runnable in the running server: its next run misses', async () => {
+    // (f/orders/list stays cached: later tests count on it.)
+    await appRun(tokens[ALICE]!, 'f/orders/list_sql');
+    expectOk(await appRun(tokens[ALICE]!, 'f/orders/list_sql'), true);
+    expectOk(await appRun(tokens[ALICE]!, 'f/orders/list'), true);
+    const done = await cliJson<{ invalidated: unknown }>([
+      '-w',
+      WS,
+      'cache',
+      'invalidate',
+      '--path',
+      'f/orders/list_sql',
+    ]);
+    expect(done.invalidated).toEqual({ workspace: WS, path: 'f/orders/list_sql' });
+    // The server hears it on its bus (sub-millisecond here); until then, hits of the old epoch.
+    await pollUntil(
+      async () => (await appRun(tokens[ALICE]!, 'f/orders/list_sql')).fromCache === false,
+      2000,
+    );
+    const again = await appRun(tokens[ALICE]!, 'f/orders/list_sql');
+    expectOk(again, true);
+    expect(again.result).toEqual(EMEA_ROWS);
+    // Another runnable of the workspace was not touched.
+    expectOk(await appRun(tokens[ALICE]!, 'f/orders/list'), true);
+  });
+
+  it('refuses a workspace that is not an id, and a run without REDIS_URL', async () => {
+    const bad = await cli(['-w', '../x', 'cache', 'invalidate']);
+    expect(bad.code).toBe(2);
+    const noRedis = await runCli({ ...e2e.env, REDIS_URL: '' }, ['-w', WS, 'cache', 'invalidate']);
+    expect(noRedis.code).toBe(1);
+    expect(noRedis.stderr).toContain('E_INVALIDATION_UNSUPPORTED');
   });
 });
 

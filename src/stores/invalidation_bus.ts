@@ -1,0 +1,384 @@
+import { randomBytes } from 'node:crypto';
+import { Cluster, type Redis } from 'ioredis';
+import { StoreUnavailableError } from '../errors.js';
+import { WORKSPACE_RE } from '../job.js';
+import type { CacheInvalidation, InvalidationScope } from './store.js';
+
+/**
+ * Explicit invalidation shared by every process on one Redis, through epochs.
+ *
+ * Redis holds one hash (`<prefix>epochs`): an epoch per workspace (`w:<ws>`) and per
+ * (workspace, path) (`p:<ws>\0<path>`), bumped by `invalidate`, plus a random incarnation
+ * (`_id`) so that a Redis that lost its data can never hand out an epoch a process has already
+ * seen. A bump and its announcement on the channel are one Lua script: no process can read the
+ * new epoch without the message having been published.
+ *
+ * Every run's key carries the epochs current when it *starts* (`withEpochs` in
+ * `cache/cache_epochs.ts`), so:
+ * - after an invalidation, lookups compute new keys: nothing written before it is reachable;
+ * - a run that started before it and finishes after writes under the old key, which nobody
+ *   looks up any more (and the result cache does not even write it: its key input moved). That
+ *   is the fence: it holds whatever the interleaving, with no lock.
+ *
+ * The epochs a process uses come from memory while its subscriber is confirmed (subscribed, the
+ * hash loaded after subscribing, and answering heartbeats): the hit path costs two Map lookups.
+ * While it is not confirmed, each lookup reads the epochs from Redis (one HMGET); when that fails
+ * too, the lookup rejects and the run goes uncached. Nothing is ever served on an epoch view
+ * that could not be confirmed.
+ */
+export class RedisInvalidationBus implements CacheInvalidation {
+  readonly #client: Redis | Cluster;
+  readonly #subscriber: Redis | Cluster;
+  readonly #hashKey: string;
+  readonly #channel: string;
+  readonly #timeoutMs: number;
+  readonly #heartbeatMs: number;
+  readonly #dropped: (workspace: string) => void;
+  #view: EpochView | null = null;
+  /**
+   * Bumps heard while the hash is being loaded: a bump made after the load read the hash must
+   * not be lost, so they are applied on top of what the load returns.
+   */
+  #heard: [id: string, epoch: number, field: string][] | null = null;
+  /** Bumped on every connection change, so a load that raced one is discarded. */
+  #session = 0;
+  #heartbeat: NodeJS.Timeout | null = null;
+  #pinging = false;
+  #closed = false;
+  readonly #confirmedWaiters: (() => void)[] = [];
+  /** The subscribed connection's name in `CLIENT LIST`, for operators (and fault tests). */
+  readonly connectionName: string;
+
+  constructor(options: {
+    client: Redis | Cluster;
+    prefix: string;
+    timeoutMs: number;
+    heartbeatMs: number;
+    /** Called with a workspace whose entries were invalidated (drop what memory holds of it). */
+    dropped: (workspace: string) => void;
+  }) {
+    this.#client = options.client;
+    this.#hashKey = `${options.prefix}epochs`;
+    this.#channel = `${options.prefix}invalidations`;
+    this.#timeoutMs = options.timeoutMs;
+    this.#heartbeatMs = options.heartbeatMs;
+    this.#dropped = options.dropped;
+    const client = this.#client;
+    this.connectionName = `viewer-cache:invalidations:${randomBytes(4).toString('hex')}`;
+    // One more connection, for subscribing: a subscribed connection can issue no other commands.
+    this.#subscriber =
+      client instanceof Cluster
+        ? client.duplicate(undefined, {
+            enableOfflineQueue: true,
+            redisOptions: { ...client.options.redisOptions, connectionName: this.connectionName },
+          })
+        : client.duplicate({
+            connectionName: this.connectionName,
+            enableOfflineQueue: true,
+            maxRetriesPerRequest: null,
+            lazyConnect: false,
+            retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 2000),
+          });
+    const subscriber = this.#subscriber;
+    subscriber.on('error', () => {}); // every failure is a 'close' too, which unconfirms
+    subscriber.on('ready', () => void this.#resync());
+    subscriber.on('close', () => this.#unconfirm());
+    subscriber.on('end', () => this.#unconfirm());
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel === this.#channel) this.#received(message);
+    });
+    if (subscriber.status === 'ready') void this.#resync();
+    this.#heartbeat = setInterval(() => this.#beat(), this.#heartbeatMs);
+    this.#heartbeat.unref();
+  }
+
+  /** Whether this process's epochs are confirmed (lookups use memory, no round trip). */
+  get confirmed(): boolean {
+    return this.#view !== null;
+  }
+
+  /** Resolves when the view is confirmed (now, if it is). For start-up and tests. */
+  whenConfirmed(): Promise<void> {
+    if (this.#view !== null) return Promise.resolve();
+    return new Promise((resolve) => this.#confirmedWaiters.push(resolve));
+  }
+
+  tag(workspace: string, path: string): string | Promise<string> {
+    const view = this.#view;
+    if (view !== null) return view.tag(workspace, path);
+    return this.#fetchTag(workspace, path);
+  }
+
+  async invalidate(scope: InvalidationScope): Promise<void> {
+    const field = fieldOf(scope);
+    const [id, epoch] = await bounded(
+      bump(this.#client, this.#hashKey, this.#channel, field),
+      'invalidate',
+      this.#timeoutMs,
+    );
+    // This process sees its own invalidation now, not when its message comes back.
+    this.#apply(id, epoch, field);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#heartbeat !== null) clearInterval(this.#heartbeat);
+    this.#heartbeat = null;
+    this.#unconfirm();
+    await this.#bounded(this.#subscriber.quit(), 'quit').catch(() => this.#subscriber.disconnect());
+  }
+
+  /** Subscribes (again), then loads the whole hash: messages from then on are not missed. */
+  async #resync(): Promise<void> {
+    if (this.#closed) return;
+    this.#unconfirm();
+    const session = this.#session;
+    const heard: [string, number, string][] = [];
+    this.#heard = heard;
+    try {
+      await this.#bounded(this.#subscriber.subscribe(this.#channel), 'subscribe');
+      const [, all] = (await this.#bounded(
+        this.#client
+          .multi()
+          .hsetnx(this.#hashKey, '_id', newIncarnation())
+          .hgetall(this.#hashKey)
+          .exec(),
+        'load',
+      )) as [[Error | null, unknown], [Error | null, Record<string, string>]];
+      if (all[0] !== null) throw all[0];
+      if (session !== this.#session || this.#closed) return;
+      const view = EpochView.load(all[1]);
+      this.#heard = null;
+      this.#view = view;
+      for (const [id, epoch, field] of heard) this.#apply(id, epoch, field);
+      if (this.#view !== view) return; // one of them was from another incarnation: resyncing
+      for (const resolve of this.#confirmedWaiters.splice(0)) resolve();
+    } catch {
+      // Not confirmed: lookups keep reading Redis. Force a reconnect, which resyncs on 'ready'.
+      if (session === this.#session && !this.#closed) this.#subscriber.disconnect(true);
+    }
+  }
+
+  #unconfirm(): void {
+    this.#session++;
+    this.#view = null;
+    this.#heard = null;
+  }
+
+  /** A bump announced by any process (this one included): `<id>\n<epoch>\n<field>`. */
+  #received(message: string): void {
+    const a = message.indexOf('\n');
+    const b = message.indexOf('\n', a + 1);
+    if (a < 0 || b < 0) return;
+    this.#apply(message.slice(0, a), Number(message.slice(a + 1, b)), message.slice(b + 1));
+  }
+
+  #apply(id: string, epoch: number, field: string): void {
+    const view = this.#view;
+    if (view === null) this.#heard?.push([id, epoch, field]);
+    else {
+      if (view.id !== id) {
+        // Redis lost its epochs (restart, flush): nothing in memory can be trusted.
+        void this.#resync();
+      } else {
+        view.raise(field, epoch);
+      }
+    }
+    const workspace = workspaceOfField(field);
+    if (workspace !== null) this.#dropped(workspace);
+  }
+
+  /**
+   * A PING through the subscribed connection: a stalled connection (no RST, no reply) would
+   * otherwise stay "confirmed" while messages no longer arrive. Bound: heartbeat + timeout.
+   */
+  #beat(): void {
+    if (this.#pinging || this.#closed || this.#subscriber.status !== 'ready') return;
+    this.#pinging = true;
+    const session = this.#session;
+    this.#bounded(this.#subscriber.ping(), 'ping').then(
+      () => {
+        this.#pinging = false;
+      },
+      () => {
+        this.#pinging = false;
+        if (session !== this.#session || this.#closed) return;
+        this.#unconfirm();
+        this.#subscriber.disconnect(true);
+      },
+    );
+  }
+
+  async #fetchTag(workspace: string, path: string): Promise<string> {
+    const [, values] = (await this.#bounded(
+      this.#client
+        .multi()
+        .hsetnx(this.#hashKey, '_id', newIncarnation())
+        .hmget(this.#hashKey, '_id', `w:${workspace}`, `p:${workspace}\0${path}`)
+        .exec(),
+      'epochs',
+    )) as [[Error | null, unknown], [Error | null, (string | null)[]]];
+    if (values[0] !== null) throw new StoreUnavailableError('redis epochs failed');
+    const [id, w, p] = values[1];
+    return formatTag(id ?? '', Number(w ?? 0), Number(p ?? 0));
+  }
+
+  #bounded<T>(command: Promise<T>, op: string): Promise<T> {
+    return bounded(command, op, this.#timeoutMs);
+  }
+}
+
+/**
+ * Invalidates `scope` for every process using `redis` under `prefix` (what `invalidate` on a
+ * two-tier store does), from a process that keeps no cache itself: the CLI, a deploy hook.
+ */
+export async function publishInvalidation(
+  redis: Redis | Cluster,
+  scope: InvalidationScope,
+  options: { prefix?: string; timeoutMs?: number } = {},
+): Promise<void> {
+  const prefix = options.prefix ?? 'vc:';
+  const field = fieldOf(scope);
+  await bounded(
+    bump(redis, `${prefix}epochs`, `${prefix}invalidations`, field),
+    'invalidate',
+    options.timeoutMs ?? 2000,
+  );
+}
+
+async function bump(
+  client: Redis | Cluster,
+  hashKey: string,
+  channel: string,
+  field: string,
+): Promise<[id: string, epoch: number]> {
+  const [id, epoch] = (await client.eval(
+    BUMP_SCRIPT,
+    1,
+    hashKey,
+    newIncarnation(),
+    field,
+    channel,
+  )) as [string, number];
+  return [String(id), Number(epoch)];
+}
+
+function bounded<T>(command: Promise<T>, op: string, timeoutMs: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new StoreUnavailableError(`redis ${op} timed out after ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    command.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (cause: unknown) => {
+        clearTimeout(timer);
+        reject(new StoreUnavailableError(`redis ${op} failed`, { cause }));
+      },
+    );
+  });
+}
+
+/** Epochs as one process knows them: workspace → its epoch and its paths' epochs. */
+class EpochView {
+  readonly #workspaces = new Map<string, { epoch: number; paths: Map<string, number> }>();
+
+  constructor(readonly id: string) {}
+
+  static load(hash: Record<string, string>): EpochView {
+    const view = new EpochView(hash['_id'] ?? '');
+    for (const [field, value] of Object.entries(hash)) {
+      if (field !== '_id') view.raise(field, Number(value));
+    }
+    return view;
+  }
+
+  tag(workspace: string, path: string): string {
+    const w = this.#workspaces.get(workspace);
+    if (w === undefined) return formatTag(this.id, 0, 0);
+    return formatTag(this.id, w.epoch, w.paths.get(path) ?? 0);
+  }
+
+  epoch(field: string): number {
+    const parsed = parseField(field);
+    if (parsed === null) return 0;
+    const w = this.#workspaces.get(parsed.workspace);
+    if (w === undefined) return 0;
+    return parsed.path === undefined ? w.epoch : (w.paths.get(parsed.path) ?? 0);
+  }
+
+  /** Epochs only move forward: a late or repeated message never lowers one. */
+  raise(field: string, epoch: number): void {
+    const parsed = parseField(field);
+    if (parsed === null || !Number.isSafeInteger(epoch)) return;
+    let w = this.#workspaces.get(parsed.workspace);
+    if (w === undefined) {
+      w = { epoch: 0, paths: new Map() };
+      this.#workspaces.set(parsed.workspace, w);
+    }
+    if (parsed.path === undefined) {
+      if (epoch > w.epoch) w.epoch = epoch;
+    } else if (epoch > (w.paths.get(parsed.path) ?? 0)) {
+      w.paths.set(parsed.path, epoch);
+    }
+  }
+}
+
+/** The text a run's key carries: no ':' inside, so the key input stays unambiguous. */
+function formatTag(id: string, workspaceEpoch: number, pathEpoch: number): string {
+  return `${id}.${workspaceEpoch}.${pathEpoch}`;
+}
+
+function parseField(field: string): { workspace: string; path?: string } | null {
+  if (field.startsWith('w:')) return { workspace: field.slice(2) };
+  if (field.startsWith('p:')) {
+    const nul = field.indexOf('\0');
+    if (nul < 0) return null;
+    return { workspace: field.slice(2, nul), path: field.slice(nul + 1) };
+  }
+  return null;
+}
+
+function workspaceOfField(field: string): string | null {
+  return parseField(field)?.workspace ?? null;
+}
+
+function newIncarnation(): string {
+  return randomBytes(8).toString('hex');
+}
+
+/** The hash field of a scope's epoch; throws a TypeError on a malformed scope. */
+function fieldOf(scope: InvalidationScope): string {
+  const { workspace, path } = checkScope(scope);
+  return path === undefined ? `w:${workspace}` : `p:${workspace}\0${path}`;
+}
+
+function checkScope(scope: InvalidationScope): { workspace: string; path?: string } {
+  if (scope === null || typeof scope !== 'object') {
+    throw new TypeError('invalidate needs { workspace, path? }');
+  }
+  const { workspace, path } = scope;
+  if (typeof workspace !== 'string' || !WORKSPACE_RE.test(workspace)) {
+    throw new TypeError('workspace must be a short identifier ([A-Za-z0-9_.-])');
+  }
+  if (path === undefined) return { workspace };
+  if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) {
+    throw new TypeError('path must be a non-empty string without NUL');
+  }
+  return { workspace, path };
+}
+
+/**
+ * Bump one epoch and announce it, atomically: `KEYS[1]` the hash, `ARGV` a fresh incarnation
+ * (used only if the hash has none), the field, the channel.
+ */
+const BUMP_SCRIPT = `
+redis.call('HSETNX', KEYS[1], '_id', ARGV[1])
+local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+local id = redis.call('HGET', KEYS[1], '_id')
+redis.call('PUBLISH', ARGV[3], id .. '\\n' .. n .. '\\n' .. ARGV[2])
+return {id, n}
+`;

@@ -1,0 +1,116 @@
+import type { Cluster, Redis } from 'ioredis';
+import { claimedExpiry } from '../cache/cache_entry.js';
+import { type Duration, resolveDuration } from '../duration.js';
+import { RedisInvalidationBus } from './invalidation_bus.js';
+import { MemoryCacheStore, type RawMemoryCacheStoreOptions } from './memory_store.js';
+import { RedisCacheStore } from './redis_store.js';
+import type { InvalidatingCacheStore } from './store.js';
+
+export interface RawTwoTierCacheStoreOptions {
+  /** A `redis://` URL (the store owns the connections) or an ioredis client (borrowed). */
+  redis: string | Redis | Cluster;
+  /** Prefix of every key in Redis (entries, epochs, the invalidation channel). @default 'vc:' */
+  prefix?: string;
+  /** Longest a Redis command may take; see `RedisCacheStore`. @default 200 (ms) */
+  commandTimeout?: Duration;
+  /** The memory tier: bounded by bytes like `MemoryCacheStore`. @default { maxBytes: '64mb' } */
+  memory?: Pick<RawMemoryCacheStoreOptions, 'maxBytes' | 'maxEntryBytes' | 'now'>;
+  /**
+   * How often the invalidation bus's connection is pinged. A connection that stops answering
+   * for this long plus `commandTimeout` is treated as lost: lookups read epochs from Redis
+   * until it is back. @default 1000 (ms)
+   */
+  heartbeat?: Duration;
+}
+
+/**
+ * Recent entries in process (an LRU bounded by bytes) in front of Redis, plus invalidation shared
+ * by every process on the Redis ({@link RedisInvalidationBus}).
+ *
+ * - A memory hit costs no round trip. A memory miss reads Redis and keeps what it found in
+ *   memory, never past the expiry the entry itself carries (nor past the TTL it was set with).
+ * - Writes go to both tiers. An entry the memory tier refuses (too large) is still in Redis.
+ * - An invalidation drops the workspace's entries from memory in every process (correctness does
+ *   not depend on that: new runs use new keys; it frees the memory at once).
+ */
+export class TwoTierCacheStore implements InvalidatingCacheStore {
+  readonly memory: MemoryCacheStore;
+  readonly redis: RedisCacheStore;
+  readonly invalidation: RedisInvalidationBus;
+  readonly #now: () => number;
+
+  constructor(options: RawTwoTierCacheStoreOptions) {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('TwoTierCacheStore needs options with a `redis` URL or client');
+    }
+    const memory = options.memory ?? {};
+    this.memory = new MemoryCacheStore(memory);
+    this.#now = memory.now ?? Date.now;
+    const prefix = options.prefix ?? 'vc:';
+    const commandTimeout = options.commandTimeout ?? 200;
+    this.redis = new RedisCacheStore({ redis: options.redis, prefix, commandTimeout });
+    this.invalidation = new RedisInvalidationBus({
+      client: this.redis.client,
+      prefix,
+      timeoutMs: resolveDuration(commandTimeout, 'commandTimeout'),
+      heartbeatMs: resolveDuration(options.heartbeat ?? 1000, 'heartbeat'),
+      dropped: (workspace) => this.memory.deletePrefix(`${workspace}/`),
+    });
+  }
+
+  get(key: string): Promise<Uint8Array | null> {
+    const local = this.memory.getNow(key);
+    if (local !== null) return Promise.resolve(local);
+    return this.redis.get(key).then((value) => {
+      if (value !== null) this.#keep(key, value, Number.POSITIVE_INFINITY);
+      return value;
+    });
+  }
+
+  async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
+    this.#keep(key, value, ttlMs);
+    try {
+      await this.redis.set(key, value, ttlMs);
+    } catch (err) {
+      // Neither tier keeps what the shared one refused: processes must not disagree for a TTL.
+      this.memory.delete(key);
+      throw err;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.memory.delete(key);
+    await this.redis.delete(key);
+  }
+
+  async close(): Promise<void> {
+    await this.invalidation.close();
+    await this.redis.close();
+    await this.memory.close();
+  }
+
+  /** Keeps `value` in memory until the earlier of `ttlMs` from now and its own claimed expiry. */
+  #keep(key: string, value: Uint8Array, ttlMs: number): void {
+    const expiresAt = claimedExpiry(value);
+    // The memory tier drops an entry once *more* than its TTL has passed; the entry itself is
+    // expired from `expiresAt` on. One millisecond less keeps the two in step.
+    const ttl = Math.floor(Math.min(ttlMs, expiresAt === null ? 0 : expiresAt - this.#now())) - 1;
+    // Not an envelope, or already expired: not kept (an older copy must not outlive it either).
+    if (!(ttl >= 1)) {
+      void this.memory.delete(key);
+      return;
+    }
+    // A reply from Redis may be a view into a larger socket buffer: held as is, it would keep the
+    // whole buffer alive while counting only its own bytes. Keep a copy of exactly its bytes.
+    const own =
+      value.byteOffset === 0 && value.buffer.byteLength === value.byteLength
+        ? value
+        : Uint8Array.prototype.slice.call(value);
+    void this.memory.set(key, own, ttl);
+  }
+}
+
+/** `new TwoTierCacheStore(options)`. */
+export function createTwoTierStore(options: RawTwoTierCacheStoreOptions): TwoTierCacheStore {
+  return new TwoTierCacheStore(options);
+}
