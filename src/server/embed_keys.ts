@@ -1,4 +1,3 @@
-import { LRUCache } from 'lru-cache';
 import type pg from 'pg';
 import {
   createEmbedKeyPair,
@@ -9,6 +8,7 @@ import {
   type EmbedKeySource,
   type Logger,
 } from '../index.js';
+import { RevocableCache } from './revocable_cache.js';
 import { SERVER_SCHEMA } from './server_migrations.js';
 
 /** An embed key as `embed-key list` shows it: never key material. */
@@ -39,31 +39,20 @@ export interface RawEmbedKeysOptions {
  */
 export class EmbedKeys implements EmbedKeySource {
   readonly #pool: pg.Pool;
-  readonly #cache = new LRUCache<string, EmbedKey | false>({ max: 10_000, ttl: 300_000 });
-  readonly #maxStaleMs: number;
-  readonly #logger: Logger | undefined;
-  #generation: string | null = null;
-  #confirmedAt = Number.NEGATIVE_INFINITY;
-  /** Bumped whenever the cache is cleared: a lookup that straddles a clear does not cache. */
-  #epoch = 0;
-  #timer: NodeJS.Timeout | undefined;
-  #polling = false;
+  readonly #lookups: RevocableCache<EmbedKey>;
 
   constructor(pool: pg.Pool, options: RawEmbedKeysOptions = {}) {
     this.#pool = pool;
-    this.#maxStaleMs = options.maxStaleMs ?? 1000;
-    this.#logger = options.logger;
+    this.#lookups = new RevocableCache(pool, { ...options, what: 'embed keys' });
   }
 
   /** Starts polling the revocation generation (a quarter of `maxStaleMs` apart). */
-  async start(): Promise<void> {
-    await this.#poll();
-    this.#timer = setInterval(() => void this.#poll(), Math.max(50, this.#maxStaleMs / 4));
-    this.#timer.unref();
+  start(): Promise<void> {
+    return this.#lookups.start();
   }
 
   stop(): void {
-    clearInterval(this.#timer);
+    this.#lookups.stop();
   }
 
   /**
@@ -134,63 +123,28 @@ export class EmbedKeys implements EmbedKeySource {
   async embedKey(workspace: string, kid: string): Promise<EmbedKey | undefined> {
     if (!KID_RE.test(kid)) return undefined;
     const key = `${workspace}\0${kid}`;
-    if (performance.now() - this.#confirmedAt > this.#maxStaleMs) {
-      // Revocations could have happened unseen: trust only Postgres until a poll confirms.
-      this.#clear();
-    } else {
-      const cached = this.#cache.get(key);
-      if (cached !== undefined) return cached === false ? undefined : cached;
-    }
-    const epoch = this.#epoch;
-    const { rows } = await this.#pool.query<{
-      alg: string;
-      public_jwk: EmbedKey['publicJwk'];
-      revoked: boolean;
-    }>(
-      `select alg, public_jwk, revoked_at is not null as revoked
-         from ${SERVER_SCHEMA}.embed_key where workspace = $1 and kid = $2`,
-      [workspace, kid],
-    );
-    const row = rows[0];
-    const found: EmbedKey | undefined =
-      row === undefined || !EMBED_ALGORITHMS.includes(row.alg as EmbedAlgorithm)
-        ? undefined
-        : Object.freeze({
-            kid,
-            alg: row.alg as EmbedAlgorithm,
-            publicJwk: row.public_jwk,
-            revoked: row.revoked,
-          });
-    if (epoch === this.#epoch) this.#cache.set(key, found ?? false);
-    return found;
-  }
-
-  #clear(): void {
-    if (this.#cache.size > 0) this.#cache.clear();
-    this.#epoch++;
-  }
-
-  async #poll(): Promise<void> {
-    if (this.#polling) return;
-    this.#polling = true;
-    const sentAt = performance.now();
-    try {
-      const { rows } = await this.#pool.query<{ value: string }>(
-        `select value from ${SERVER_SCHEMA}.token_generation`,
+    const found = await this.#lookups.get(key, async () => {
+      const { rows } = await this.#pool.query<{
+        alg: string;
+        public_jwk: EmbedKey['publicJwk'];
+        revoked: boolean;
+      }>(
+        `select alg, public_jwk, revoked_at is not null as revoked
+           from ${SERVER_SCHEMA}.embed_key where workspace = $1 and kid = $2`,
+        [workspace, kid],
       );
-      const value = rows[0]?.value ?? null;
-      if (value !== this.#generation) {
-        this.#generation = value;
-        this.#clear();
-      }
-      this.#confirmedAt = sentAt;
-    } catch (err) {
-      this.#logger?.warn(
-        { err: (err as Error).message },
-        'embed key revocation poll failed; keys are checked in Postgres until it answers',
-      );
-    } finally {
-      this.#polling = false;
-    }
+      const row = rows[0];
+      const found: EmbedKey | undefined =
+        row === undefined || !EMBED_ALGORITHMS.includes(row.alg as EmbedAlgorithm)
+          ? undefined
+          : Object.freeze({
+              kid,
+              alg: row.alg as EmbedAlgorithm,
+              publicJwk: row.public_jwk,
+              revoked: row.revoked,
+            });
+      return found ?? null;
+    });
+    return found ?? undefined;
   }
 }

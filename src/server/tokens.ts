@@ -1,7 +1,7 @@
 import * as crypto from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import type pg from 'pg';
 import type { Job, JobPerms, JobTokenIssuer, Logger } from '../index.js';
+import { RevocableCache } from './revocable_cache.js';
 import { SERVER_SCHEMA } from './server_migrations.js';
 
 /** Who a bearer token belongs to. */
@@ -59,32 +59,20 @@ export interface RawApiTokensOptions {
  */
 export class ApiTokens {
   readonly #pool: pg.Pool;
-  readonly #cache = new LRUCache<string, TokenIdentity | false>({ max: 10_000, ttl: 300_000 });
-  readonly #maxStaleMs: number;
-  readonly #logger: Logger | undefined;
-  #generation: string | null = null;
-  /** When the last poll that confirmed the generation was sent (performance.now()). */
-  #confirmedAt = Number.NEGATIVE_INFINITY;
-  /** Bumped whenever the cache is cleared: a lookup that straddles a clear does not cache. */
-  #epoch = 0;
-  #timer: NodeJS.Timeout | undefined;
-  #polling = false;
+  readonly #lookups: RevocableCache<TokenIdentity>;
 
   constructor(pool: pg.Pool, options: RawApiTokensOptions = {}) {
     this.#pool = pool;
-    this.#maxStaleMs = options.maxStaleMs ?? 1000;
-    this.#logger = options.logger;
+    this.#lookups = new RevocableCache(pool, { ...options, what: 'tokens' });
   }
 
   /** Starts polling the revocation generation (a quarter of `maxStaleMs` apart). */
-  async start(): Promise<void> {
-    await this.#poll();
-    this.#timer = setInterval(() => void this.#poll(), Math.max(50, this.#maxStaleMs / 4));
-    this.#timer.unref();
+  start(): Promise<void> {
+    return this.#lookups.start();
   }
 
   stop(): void {
-    clearInterval(this.#timer);
+    this.#lookups.stop();
   }
 
   /**
@@ -195,64 +183,28 @@ export class ApiTokens {
   async verify(token: string): Promise<TokenIdentity | null> {
     if (!token.startsWith(TOKEN_PREFIX) || token.length > 100) return null;
     const key = digestBase64(token);
-    if (performance.now() - this.#confirmedAt > this.#maxStaleMs) {
-      // Revocations could have happened unseen: trust only Postgres until a poll confirms.
-      this.#clear();
-    } else {
-      const cached = this.#cache.get(key);
-      if (cached !== undefined) return cached === false ? null : cached;
-    }
-    const epoch = this.#epoch;
-    const { rows } = await this.#pool.query<{
-      workspace: string;
-      email: string;
-      role_scope: number[] | null;
-    }>(
-      `select workspace, email, to_json(role_scope) as role_scope
-         from ${SERVER_SCHEMA}.api_token where token_hash = $1`,
-      [Buffer.from(key, 'base64')],
-    );
-    // The scope is part of the cached identity: one lookup answers who and how narrowly.
-    const row = rows[0];
-    const found: TokenIdentity | null =
-      row === undefined
-        ? null
-        : Object.freeze({
-            workspace: row.workspace,
-            email: row.email,
-            ...(row.role_scope === null ? {} : { roleScope: Object.freeze(row.role_scope) }),
-          });
-    if (epoch === this.#epoch) this.#cache.set(key, found ?? false);
-    return found;
-  }
-
-  #clear(): void {
-    if (this.#cache.size > 0) this.#cache.clear();
-    this.#epoch++;
-  }
-
-  async #poll(): Promise<void> {
-    if (this.#polling) return;
-    this.#polling = true;
-    const sentAt = performance.now();
-    try {
-      const { rows } = await this.#pool.query<{ value: string }>(
-        `select value from ${SERVER_SCHEMA}.token_generation`,
+    return this.#lookups.get(key, async () => {
+      const { rows } = await this.#pool.query<{
+        workspace: string;
+        email: string;
+        role_scope: number[] | null;
+      }>(
+        `select workspace, email, to_json(role_scope) as role_scope
+           from ${SERVER_SCHEMA}.api_token where token_hash = $1`,
+        [Buffer.from(key, 'base64')],
       );
-      const value = rows[0]?.value ?? null;
-      if (value !== this.#generation) {
-        this.#generation = value;
-        this.#clear();
-      }
-      this.#confirmedAt = sentAt;
-    } catch (err) {
-      this.#logger?.warn(
-        { err: (err as Error).message },
-        'token revocation poll failed; tokens are checked in Postgres until it answers',
-      );
-    } finally {
-      this.#polling = false;
-    }
+      // The scope is part of the cached identity: one lookup answers who and how narrowly.
+      const row = rows[0];
+      const found: TokenIdentity | null =
+        row === undefined
+          ? null
+          : Object.freeze({
+              workspace: row.workspace,
+              email: row.email,
+              ...(row.role_scope === null ? {} : { roleScope: Object.freeze(row.role_scope) }),
+            });
+      return found;
+    });
   }
 }
 
