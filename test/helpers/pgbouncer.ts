@@ -28,7 +28,11 @@ const BINARY = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => exis
 
 export async function startPgBouncer(
   adminUrl: string,
-  options: { poolSize?: number } = {},
+  /**
+   * `resetAlways: false` leaves out `server_reset_query_always`, the setting README requires in
+   * transaction mode (for the test that shows why).
+   */
+  options: { poolSize?: number; resetAlways?: boolean } = {},
 ): Promise<PgBouncer> {
   if (BINARY === undefined) {
     throw new Error(
@@ -58,6 +62,10 @@ export async function startPgBouncer(
       `auth_user = ${user}`,
       'auth_query = SELECT usename, passwd FROM pg_catalog.pg_shadow WHERE usename = $1',
       'pool_mode = transaction',
+      // Transaction mode hands a backend to another client after every transaction: reset it
+      // each time, or a runnable's SET ROLE would stay on it for the next client of the login.
+      'server_reset_query = DISCARD ALL',
+      `server_reset_query_always = ${options.resetAlways === false ? 0 : 1}`,
       `default_pool_size = ${options.poolSize ?? 5}`,
       'max_client_conn = 1000',
       `admin_users = ${user}`,

@@ -21,6 +21,15 @@ function ordersExecutor(datatables: OrdersDb['datatables']): Executor {
   return createExecutor({
     datatables,
     runnables: {
+      // A runnable that narrows its connection and never undoes it (SPEC invariant 12). Through a
+      // transaction pooler its SET ROLE lasts one statement; it must not outlive that either.
+      narrowing: {
+        fn: async (args, ctx) => {
+          const client = await ctx.datatable('main', { as: 'viewer' });
+          await client.query(`set role ${args['role'] as string}`);
+          return null;
+        },
+      },
       orders: {
         fn: async (_args, ctx) => {
           const client = await ctx.datatable('main', { as: 'viewer' });
@@ -61,6 +70,24 @@ describe('login connections through PgBouncer (transaction mode)', () => {
     const pools = await bouncer.pools();
     expect(pools.some((p) => p.database === fx.db.name && p.user === fx.EMEA)).toBe(true);
     expect(pools.filter((p) => p.database === fx.db.name).length).toBeGreaterThanOrEqual(3);
+  });
+
+  it("a runnable's SET ROLE never reaches another run of the same login (SPEC invariant 12)", async () => {
+    const executor = ordersExecutor(fx.datatables);
+    const full = [1, 2, 3];
+    expect((await runFor(executor, 'orders', app(CAROL))).value).toEqual(full);
+    // Concurrent narrowing runs and ordinary ones: the ordinary ones meet every backend of the
+    // login's pooler pool, right after a narrowing statement left it.
+    const runs = [];
+    for (let i = 0; i < POOL_SIZE * 8; i++) {
+      runs.push(runFor(executor, 'narrowing', app(CAROL), { args: { role: fx.EMEA } }));
+      runs.push(runFor(executor, 'orders', app(CAROL)).then((r) => r.value));
+    }
+    const values = await Promise.all(runs);
+    for (let i = 1; i < values.length; i += 2) expect(values[i]).toEqual(full);
+    for (let i = 0; i < POOL_SIZE * 4; i++) {
+      expect((await runFor(executor, 'orders', app(CAROL))).value).toEqual(full);
+    }
   });
 
   it('a role disabled then enabled again: the next run is refused, then works again', async () => {
