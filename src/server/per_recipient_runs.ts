@@ -121,7 +121,8 @@ export class PerRecipientRuns {
     try {
       await outbox.deliver(request.workspace, email, batch, request.path, delivery);
     } catch (err) {
-      logger.warn({ batch, err: (err as Error).message }, 'outbox delivery failed');
+      // The SQLSTATE only: Postgres's message may quote the row (a recipient, a result).
+      logger.warn({ batch, code: (err as { code?: unknown }).code }, 'outbox delivery failed');
       return { code: OUTBOX_FAILED, fromCache: false };
     }
     return 'json' in delivery
