@@ -23,7 +23,7 @@ export interface DatatableLease {
   readonly client: DatatableClient;
   query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult>;
   /**
-   * Returns the connection: reset (`DISCARD ALL`) and pooled, or closed when `destroy` is true
+   * Returns the connection: reset (what DISCARD ALL resets) and pooled, or closed when `destroy` is true
    * (a job that timed out mid-query) or the reset fails.
    */
   release(destroy: boolean): Promise<void>;

@@ -3,12 +3,13 @@ import { parse as parseConnectionString, toClientConfig } from 'pg-connection-st
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
 import { resolveDuration } from '../duration.js';
-import { ConnectFailedError, ViewerCacheError } from '../errors.js';
+import { ConnectFailedError, ConnectionLostError, ViewerCacheError } from '../errors.js';
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { CatalogAdmin } from './catalog_admin.js';
 import { CatalogSnapshot } from './catalog_snapshot.js';
+import { CoalescingSocket } from './coalescing_socket.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import type { Directory } from './directory.js';
@@ -19,12 +20,13 @@ import { LoginPools } from './login_pools.js';
 import { LoginRepair } from './login_repair.js';
 import { migrateCatalog } from './migrations.js';
 import { PasswordDeriver } from './passwords.js';
-import { GuardedClient } from './pg_clients.js';
+import { GuardedClient, isConnectionLost } from './pg_clients.js';
 import type { PooledLease } from './pooled_lease.js';
+import { RESET_SESSION } from './pooled_lease.js';
 import { RoleSetProtocol } from './role_set_protocol.js';
 import { RunDependencies } from './run_dependencies.js';
 import { SetLoginWarmer } from './set_login_warmer.js';
-import { RESET_AND_RELEASE } from './sql/identity.js';
+import { NEXT_LEASE } from './sql/identity.js';
 import { ViewerIdentities, type ViewerIdentity } from './viewer_identity.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
@@ -158,7 +160,7 @@ class DatatableService implements Datatables {
       ...(hooks.beforeLoginStep ? { beforeStep: hooks.beforeLoginStep } : {}),
     });
     this.#pools = new LoginPools({
-      base: loginConfig,
+      base: { ...loginConfig, stream: () => new CoalescingSocket() },
       maxPools,
       poolSize,
       maxConnections,
@@ -241,6 +243,7 @@ class DatatableService implements Datatables {
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
       const lease = await this.#leaser.lease(roles, datatable.database);
+      if (this.#identities !== null) this.#resetWithEpoch(lease, datatable.database);
       if (ref.access.kind === 'viewer' && this.#identities !== null) {
         // grant() refused a run with no viewer: here there is a signed-in or an embed viewer.
         const { endUserEmail, embed } = job.perms;
@@ -279,21 +282,61 @@ class DatatableService implements Datatables {
     this.#dependencies.startedChild(job, child);
   }
 
-  /** Binds the viewer to the lent backend, and unbinds before it is pooled again. */
+  /**
+   * On a data-table with viewer identity, every lease's reset also draws the session's next
+   * epoch (see sql/identity.ts), so any binding made during the lease is void once the
+   * connection is back in its pool, and the next viewer lease knows the epoch to sign.
+   */
+  #resetWithEpoch(lease: PooledLease, database: string): void {
+    const identities = this.#identities!;
+    const { connection } = lease;
+    lease.resetWith(
+      () =>
+        identities.installed(database)
+          ? {
+              // One Query message: the reset, then the new epoch (the last result).
+              statements: [`${RESET_SESSION}; ${NEXT_LEASE}`],
+              onDone: (results) => {
+                const all = results[0] as unknown as pg.QueryResult[];
+                identities.entered(connection, all[all.length - 1]!.rows[0]!.epoch);
+              },
+              onFailed: () => identities.left(connection),
+            }
+          : { statements: [RESET_SESSION], onDone: () => identities.left(connection) },
+      async () => identities.left(connection),
+    );
+  }
+
+  /**
+   * Binds the viewer to the lent backend, from that backend, in front of the run's first
+   * statement (see PooledLease.bindBeforeFirstQuery). The first viewer lease of a connection
+   * (or of a database in this process) first installs and draws an epoch: one round trip, once.
+   */
   async #bind(lease: PooledLease, database: string, identity: ViewerIdentity): Promise<void> {
     const identities = this.#identities!;
-    const backend = lease.backend;
-    // Given back: the connection drops its own binding beside DISCARD ALL (one round trip);
-    // destroyed: the privileged side deletes it.
-    lease.resetWith(RESET_AND_RELEASE, () => identities.unbind(database, backend.pid));
-    try {
-      await identities.bind(database, backend, identity);
-    } catch (err) {
-      await lease.release(true);
-      throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
-        cause: err,
-      });
+    const { connection } = lease;
+    if (!identities.ready(database, connection)) {
+      try {
+        await identities.install(database);
+        const { rows } = await lease.internalQuery(NEXT_LEASE);
+        identities.entered(connection, rows[0]!.epoch);
+      } catch (err) {
+        await lease.release(true);
+        if (isConnectionLost(err)) throw new ConnectionLostError(undefined, { cause: err });
+        throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
+          cause: err,
+        });
+      }
     }
+    const statement = identities.bindingFor(database, connection, lease.backend, identity)!;
+    lease.bindBeforeFirstQuery(
+      [statement],
+      (err) =>
+        new ConnectFailedError('could not bind the viewer to the data-table connection', {
+          cause: err,
+        }),
+      () => identities.recheck(database),
+    );
   }
 
   async listLogins(): Promise<SetLoginInfo[]> {

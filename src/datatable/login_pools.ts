@@ -102,9 +102,10 @@ const AUTH_FAILURES = new Set(['28P01', '28000']);
 
 /**
  * One `pg.Pool` per (database, login) — never shared between logins (SPEC invariant 12). A
- * connection goes back to its pool only after `DISCARD ALL` succeeded, so a runnable's `SET ROLE`,
- * settings, temp tables, prepared statements or advisory locks never reach the next job; if the
- * reset fails (say, a transaction was left open) the connection is closed instead.
+ * connection goes back to its pool only after the session reset (DISCARD ALL's statements, see
+ * RESET_SESSION) succeeded, so a runnable's `SET ROLE`, settings, temp tables, prepared
+ * statements or advisory locks never reach the next job; if a transaction was left open or the
+ * reset fails, the connection is closed instead.
  */
 export class LoginPools {
   readonly #options: LoginPoolsOptions;

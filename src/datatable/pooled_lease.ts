@@ -11,6 +11,7 @@ import {
   NoViewerError,
 } from '../errors.js';
 import type { Logger } from '../logger.js';
+import { type LeadStatement, queryWithLead, simpleQueryWithLead } from './bound_query.js';
 import { isConnectionLost } from './pg_clients.js';
 import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
 
@@ -22,6 +23,39 @@ import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
  * fails that job with `E_CONNECTION_LOST` instead of crashing the process, and the broken
  * client is destroyed, never pooled.
  */
+/** A statement with parameters, run on the lent connection itself. */
+export interface Statement {
+  readonly text: string;
+  readonly values: readonly unknown[];
+}
+
+/**
+ * What a release runs on the connection, in order, before pooling it; then `onDone`. With
+ * `destroy`, the connection is closed instead (it cannot be made safe to pool).
+ */
+export interface ResetPlan {
+  readonly statements: readonly (string | Statement)[];
+  readonly onDone?: (results: readonly pg.QueryResult[]) => void;
+  /** Runs if a statement fails (the connection is then destroyed). */
+  readonly onFailed?: (err: unknown) => void;
+  readonly destroy?: boolean;
+}
+
+/**
+ * What a connection runs before it is pooled again: DISCARD ALL, as the sequence its
+ * documentation gives (PostgreSQL 15–18), minus DISCARD PLANS. Dropping every cached plan made
+ * the next lease re-plan the identity functions' statements (100–250 µs of server time per
+ * lease here) and bought no isolation: the plan cache re-plans on its own when the role,
+ * row_security or search_path a plan was made under changes, and prepared statements go with
+ * DEALLOCATE ALL. Unlike DISCARD ALL, the sequence would run inside a transaction a runnable
+ * left open, so release() destroys such a connection instead (see release()).
+ */
+export const RESET_SESSION =
+  'close all; set session authorization default; reset all; deallocate all; unlisten *; ' +
+  'select pg_catalog.pg_advisory_unlock_all(); discard temp; discard sequences';
+
+const DISCARD_ONLY: ResetPlan = { statements: [RESET_SESSION] };
+
 export class PooledLease implements DatatableLease {
   #client: pg.PoolClient | null;
   #broken: Error | null = null;
@@ -30,13 +64,26 @@ export class PooledLease implements DatatableLease {
     this.#broken ??= err;
   };
   readonly #login: string;
-  /** The statements that reset the connection before it goes back: DISCARD ALL, or more. */
-  #reset: readonly string[] = ['discard all'];
+  /** What resets the connection before it goes back: DISCARD ALL, or more (see resetWith). */
+  #reset: () => ResetPlan = () => DISCARD_ONLY;
   /** Runs if the connection is destroyed instead (best effort). */
   #onDestroy: (() => Promise<void>) | null = null;
+  /** Sent in front of the next statement (see bindBeforeFirstQuery). */
+  #pendingBind: readonly LeadStatement[] | null = null;
+  /** The binding, sent inside a transaction the run opened and has not ended yet. */
+  #openLead: readonly LeadStatement[] | null = null;
+  /** The statement carrying the binding, while in flight. */
+  #leading: Promise<void> | null = null;
+  #bindSent = false;
+  #onBindFailed: ((err: unknown) => Error) | null = null;
+  #bindFailure: Error | null = null;
+  /** Told when a statement is refused the identity this lease bound (see ViewerIdentities.recheck). */
+  #onIdentityRefused: (() => void) | null = null;
   readonly #onReleased: (lease: PooledLease, login: string) => void;
   readonly #shed: () => boolean;
   readonly client: DatatableClient;
+  /** The pg client lent, as an opaque identity (what its backend's epoch is recorded by). */
+  readonly connection: object;
 
   constructor(
     client: pg.PoolClient,
@@ -48,6 +95,7 @@ export class PooledLease implements DatatableLease {
   ) {
     this.#shed = shed;
     this.#client = client;
+    this.connection = client;
     this.#login = login;
     this.#logger = logger;
     this.#onReleased = onReleased;
@@ -62,11 +110,8 @@ export class PooledLease implements DatatableLease {
 
   /** Which backend this is: pid and client socket, to bind an identity to exactly it. */
   get backend(): { pid: number; clientAddress: string | null; clientPort: number | null } {
-    const client = this.#client as unknown as {
-      processID?: number;
-      connection?: { stream?: { localAddress?: string; localPort?: number } };
-    } | null;
-    const stream = client?.connection?.stream;
+    const client = this.#client as unknown as { processID?: number } | null;
+    const stream = this.#client === null ? undefined : socketOf(this.#client);
     return {
       pid: client?.processID ?? 0,
       clientAddress: stream?.localAddress ?? null,
@@ -75,33 +120,69 @@ export class PooledLease implements DatatableLease {
   }
 
   /**
-   * Replaces the reset run before the connection may be pooled again (it must succeed, or the
-   * connection is destroyed), and what to do when it is destroyed instead.
+   * Replaces the reset run before the connection may be pooled again (its statements must all
+   * succeed, or the connection is destroyed; `onDone` runs once they have), and what to do
+   * when it is destroyed instead. `plan` is asked at release, when the run is over.
    */
-  resetWith(statements: readonly string[], onDestroy: () => Promise<void>): void {
-    this.#reset = statements;
+  resetWith(plan: () => ResetPlan, onDestroy: () => Promise<void>): void {
+    this.#reset = plan;
     this.#onDestroy = onDestroy;
   }
 
-  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+  /** Runs one of the library's own statements, before the connection is handed to a runnable. */
+  async internalQuery(text: string): Promise<pg.QueryResult> {
     const client = this.#client;
-    if (client === null)
-      throw new Error('this data-table connection was released when its job ended');
-    if (this.#broken !== null) throw new ConnectionLostError(undefined, { cause: this.#broken });
+    if (client === null) throw new Error('this data-table connection was released');
+    return client.query(text);
+  }
+
+  /**
+   * Sends `statements` (the viewer's binding) on this connection just before the first
+   * statement of the run, in the same write: the pools' connections are in pipeline mode, so
+   * the binding costs no round trip of its own, and a run that never queries binds nothing.
+   * If one fails, every statement of the run fails with `onFailed(err)` (whatever the statement
+   * itself returned is dropped) and the connection is destroyed, never pooled.
+   */
+  bindBeforeFirstQuery(
+    statements: readonly LeadStatement[],
+    onFailed: (err: unknown) => Error,
+    onRefused: () => void,
+  ): void {
+    this.#pendingBind = statements;
+    this.#onBindFailed = onFailed;
+    this.#onIdentityRefused = onRefused;
+  }
+
+  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+    let client = this.#usable();
+    // A first statement still in flight may yet lose the binding (if it fails, its implicit
+    // transaction rolls the binding back): statements sent meanwhile wait for it.
+    while (this.#leading !== null) {
+      await this.#leading;
+      client = this.#usable();
+    }
+    const config = values === undefined ? text : { text, values: [...values] };
     try {
-      const result = await client.query(
-        values === undefined ? text : { text, values: [...values] },
-      );
-      return { rows: result.rows, rowCount: result.rowCount };
+      const lead = this.#pendingBind;
+      const result =
+        lead === null
+          ? await client.query(config)
+          : await this.#queryWithLead(client, lead, config);
+      this.#afterStatement(client, result);
+      const own = Array.isArray(result) ? result[result.length - 1] : result;
+      return { rows: own?.rows ?? [], rowCount: own?.rowCount ?? null };
     } catch (err) {
+      if (err === this.#bindFailure) throw err;
       if (isConnectionLost(err)) {
         this.#broken ??= err as Error;
         throw new ConnectionLostError(undefined, { cause: err });
       }
+      this.#afterStatement(client, null);
       // Class 22 (data exception: a NUL byte, bad encoding, out-of-range value…) is the
       // request's fault, not the server's: a coded 4xx instead of a runnable failure.
       const code = (err as { code?: unknown }).code;
       if (code === NO_IDENTITY) {
+        if (this.#bindSent) this.#onIdentityRefused?.();
         throw new NoViewerError(
           'this connection carries no viewer identity: only a run with a viewer, connected with ?as=viewer, has one',
           { cause: err },
@@ -130,15 +211,99 @@ export class PooledLease implements DatatableLease {
     }
   }
 
+  #usable(): pg.PoolClient {
+    const client = this.#client;
+    if (client === null)
+      throw new Error('this data-table connection was released when its job ended');
+    if (this.#bindFailure !== null) throw this.#bindFailure;
+    if (this.#broken !== null) throw new ConnectionLostError(undefined, { cause: this.#broken });
+    return client;
+  }
+
+  /** The run's statement with the pending binding in front of it, in one Sync (see LeadQuery). */
+  async #queryWithLead(
+    client: pg.PoolClient,
+    lead: readonly LeadStatement[],
+    config: string | pg.QueryConfig,
+  ): Promise<pg.QueryResult | pg.QueryResult[]> {
+    this.#pendingBind = null;
+    this.#bindSent = true;
+    const sent =
+      typeof config === 'string'
+        ? simpleQueryWithLead(client, lead, config)
+        : queryWithLead(client, lead, config);
+    this.#leading = sent.result.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      const result = await sent.result;
+      this.#leadDone(client, lead, result);
+      return result;
+    } catch (err) {
+      if (isConnectionLost(err)) throw err;
+      this.#leadDone(client, lead, null);
+      if (sent.leadFailed()) {
+        // Never pooled again, and every later statement of the run refused the same way.
+        this.#bindFailure = this.#onBindFailed!(err);
+        throw this.#bindFailure;
+      }
+      if ((err as { code?: unknown }).code !== CANNOT_RUN_IN_BLOCK) throw err;
+      // The statement refuses to run inside a transaction block (VACUUM, CREATE INDEX
+      // CONCURRENTLY…), and the binding in front made one: it never ran. Bind on its own first.
+      for (const statement of lead)
+        await client.query({ text: statement.text, values: [...statement.values] });
+      this.#pendingBind = null;
+      this.#openLead = null;
+      return await client.query(config);
+    } finally {
+      this.#leading = null;
+    }
+  }
+
   /**
-   * Returns the connection: reset (`DISCARD ALL`) and pooled, or destroyed when `destroy` is
-   * true (a job that timed out mid-query), the connection broke, or the reset fails.
+   * Where the binding stands after the statement it was sent with: committed with it, rolled
+   * back (sent again in front of the next statement), or inside a transaction the run opened.
+   */
+  #leadDone(
+    client: pg.PoolClient,
+    lead: readonly LeadStatement[],
+    result: pg.QueryResult | pg.QueryResult[] | null,
+  ): void {
+    if (client.getTransactionStatus() === 'I') {
+      if (result === null || commandOf(result) === 'ROLLBACK') this.#pendingBind = lead;
+    } else {
+      this.#openLead = lead;
+    }
+  }
+
+  /** A transaction that holds the binding ended: unless it committed, bind again. */
+  #afterStatement(client: pg.PoolClient, result: pg.QueryResult | pg.QueryResult[] | null): void {
+    const open = this.#openLead;
+    if (open === null || client.getTransactionStatus() !== 'I') return;
+    this.#openLead = null;
+    if (result === null || commandOf(result) !== 'COMMIT') this.#pendingBind ??= open;
+  }
+
+  /**
+   * Returns the connection: reset (RESET_SESSION) and pooled, or destroyed when `destroy` is
+   * true (a job that timed out mid-query), the connection broke, a transaction is still open,
+   * or the reset fails.
    */
   async release(destroy: boolean): Promise<void> {
     const client = this.#client;
     if (client === null) return;
     this.#client = null;
-    if (destroy || this.#broken !== null) {
+    // A runnable that left a transaction open (or failed) would have the reset run inside it,
+    // and the connection pooled mid-transaction: such a connection is closed instead.
+    const plan =
+      destroy ||
+      this.#broken !== null ||
+      this.#bindFailure !== null ||
+      client.getTransactionStatus() !== 'I'
+        ? null
+        : this.#reset();
+    if (plan === null || plan.destroy === true) {
       // Best effort: a destroyed backend's binding matches nothing anyway (see sql/identity.ts).
       this.#onDestroy?.().catch(() => {});
       this.#finish(client, this.#broken ?? true);
@@ -146,11 +311,24 @@ export class PooledLease implements DatatableLease {
     }
     // Not awaited: the job's result need not wait for the reset; the connection is simply not
     // back in the pool until it is clean (and unbound). The error listener stays on until then.
-    // Queued back to back on the connection (pg runs them in order); all must succeed.
-    Promise.all(this.#reset.map((statement) => client.query(statement))).then(
-      () => this.#finish(client, this.#broken ?? this.#shed()),
+    // All must succeed.
+    const { statements, onDone, onFailed } = plan;
+    // One statement each, in practice (a reset is one Query message), so nothing queues.
+    const sent = statements.map((statement) =>
+      client.query(
+        typeof statement === 'string'
+          ? statement
+          : { text: statement.text, values: [...statement.values] },
+      ),
+    );
+    Promise.all(sent).then(
+      (results) => {
+        onDone?.(results as pg.QueryResult[]);
+        this.#finish(client, this.#broken ?? this.#shed());
+      },
       (err: unknown) => {
         this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
+        onFailed?.(err);
         this.#onDestroy?.().catch(() => {});
         this.#finish(client, true);
       },
@@ -174,4 +352,25 @@ export class PooledLease implements DatatableLease {
     client.release(destroy);
     this.#onReleased(this, this.#login);
   }
+}
+
+/** The socket under a pg client (not in its public types). */
+function socketOf(
+  client: pg.PoolClient,
+): { localAddress?: string; localPort?: number; cork(): void; uncork(): void } | undefined {
+  return (
+    client as unknown as {
+      connection?: {
+        stream?: { localAddress?: string; localPort?: number; cork(): void; uncork(): void };
+      };
+    }
+  ).connection?.stream;
+}
+
+/** SQLSTATE active_sql_transaction: a statement that cannot run inside a transaction block. */
+const CANNOT_RUN_IN_BLOCK = '25001';
+
+/** The command tag of the last statement of a result. */
+function commandOf(result: pg.QueryResult | pg.QueryResult[]): string | undefined {
+  return Array.isArray(result) ? result[result.length - 1]?.command : result.command;
 }

@@ -1,3 +1,4 @@
+import { hash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { type Logger, silentLogger } from '../logger.js';
 import { SingleFlight } from '../util/single_flight.js';
@@ -12,6 +13,12 @@ export interface ViewerIdentity {
   readonly attributes: Readonly<Record<string, string>>;
 }
 
+/** A statement to run on the lent connection itself. */
+export interface BindStatement {
+  readonly text: string;
+  readonly values: readonly string[];
+}
+
 /** Which backend a lent connection is: its pid, and its socket's local end (null on Unix sockets). */
 export interface BackendSocket {
   readonly pid: number;
@@ -21,15 +28,21 @@ export interface BackendSocket {
 
 /**
  * The privileged side of the viewer's identity in Postgres (see sql/identity.ts): installs the
- * functions in each data-table database, binds an identity to a lent backend, and unbinds it
- * before the connection goes back to its pool. One small admin pool per data-table database.
+ * functions and a binding key in each data-table database, keeps the lease epoch of each
+ * pooled connection, and signs the statement a lent connection runs to bind its viewer. One
+ * small admin pool per data-table database, used only to install.
  */
 export class ViewerIdentities {
   readonly #adminConfig: pg.ClientConfig;
   readonly #logger: Logger;
   readonly #pools = new Map<string, pg.Pool>();
   readonly #installed = new Set<string>();
+  /** Each database's binding key, as its two HMAC pads. */
+  readonly #keys = new Map<string, Key>();
+  /** The epoch each pooled connection of this process runs in (by its pg client). */
+  readonly #epochs = new WeakMap<object, string>();
   readonly #installing = new SingleFlight<void>();
+  readonly #rechecked = new Map<string, number>();
   #closed = false;
 
   constructor(adminConfig: pg.ClientConfig, logger: Logger = silentLogger) {
@@ -49,7 +62,14 @@ export class ViewerIdentities {
             // Concurrent installs (several processes starting) would collide on CREATE OR REPLACE.
             await client.query("select pg_advisory_xact_lock(hashtext('viewer_cache.identity'))");
             for (const statement of sql.INSTALL) await client.query(statement);
+            // A random key of this database's own, unless another process stored one first.
+            const key = randomBytes(64);
+            await client.query(sql.STORE_KEY, [xorWith(key, 0x36), xorWith(key, 0x5c)]);
+            const { rows } = await client.query<{ inner_pad: Buffer; outer_pad: Buffer }>(
+              sql.READ_KEY,
+            );
             await client.query('commit');
+            this.#keys.set(database, { inner: rows[0]!.inner_pad, outer: rows[0]!.outer_pad });
           } catch (err) {
             await client.query('rollback').catch(() => {});
             throw err;
@@ -60,26 +80,75 @@ export class ViewerIdentities {
     );
   }
 
-  /** Binds `identity` to the backend of `socket` (as the lent connection sees it). */
-  async bind(database: string, socket: BackendSocket, identity: ViewerIdentity): Promise<void> {
-    await this.install(database);
-    // Named: prepared once per connection, not planned on every lease.
-    const { rowCount } = await this.#pool(database).query({
-      name: 'viewer_cache_bind',
-      text: sql.BIND,
-      values: [
-        socket.pid,
-        socket.clientAddress,
-        socket.clientPort,
-        identity.email,
-        JSON.stringify(identity.attributes),
-      ],
-    });
-    if (rowCount !== 1) throw new Error('the lent connection could not be bound to its viewer');
+  /**
+   * The statement a viewer lease sends in front of its first statement: the binding, signed
+   * for the backend and for `connection`'s current epoch. Null until `install(database)` has
+   * read the database's key, or while the connection's epoch is unknown (see epochOf).
+   */
+  bindingFor(
+    database: string,
+    connection: object,
+    socket: BackendSocket,
+    identity: ViewerIdentity,
+  ): BindStatement | null {
+    const key = this.#keys.get(database);
+    const epoch = this.#epochs.get(connection);
+    if (key === undefined || epoch === undefined) return null;
+    const email = identity.email === null ? '-' : `=${identity.email}`;
+    const attributes = JSON.stringify(identity.attributes);
+    // The same message the reading functions build from the settings and the calling backend.
+    const mac = hmac(key, [
+      'viewer',
+      socket.pid,
+      socket.clientPort ?? '',
+      epoch,
+      Buffer.byteLength(email, 'utf8'),
+      email,
+      attributes,
+    ]);
+    return { text: sql.BIND, values: [email, attributes, mac.toString('hex')] };
   }
 
-  async unbind(database: string, pid: number): Promise<void> {
-    await this.#pool(database).query(sql.UNBIND, [pid]);
+  /** Whether this process has installed (and read the key of) `database`. */
+  installed(database: string): boolean {
+    return this.#keys.has(database);
+  }
+
+  /** Whether `install(database)` has read the key, and `connection`'s epoch is known. */
+  ready(database: string, connection: object): boolean {
+    return this.#keys.has(database) && this.#epochs.has(connection);
+  }
+
+  /** Records the epoch `next_lease()` returned on `connection` (a bigint, as pg returns it). */
+  entered(connection: object, epoch: string | number): void {
+    this.#epochs.set(connection, String(epoch));
+  }
+
+  /** `connection`'s session was reset without drawing an epoch: it has none now. */
+  left(connection: object): void {
+    this.#epochs.delete(connection);
+  }
+
+  /**
+   * A viewer's run was refused its identity although its binding went out: a runnable that
+   * tampered with it, or a key changed behind this process (restored, reinstalled). Reads the
+   * key again, at most once per `RECHECK_MS` per database, so the second heals itself.
+   */
+  recheck(database: string): void {
+    const now = performance.now();
+    const last = this.#rechecked.get(database);
+    if (last !== undefined && now - last < RECHECK_MS) return;
+    this.#rechecked.set(database, now);
+    void this.#pool(database)
+      .query<{ inner_pad: Buffer; outer_pad: Buffer }>(sql.READ_KEY)
+      .then(({ rows }) => {
+        const row = rows[0];
+        if (row !== undefined)
+          this.#keys.set(database, { inner: row.inner_pad, outer: row.outer_pad });
+      })
+      .catch((err: unknown) => {
+        this.#logger.warn({ err: (err as Error).message }, 'could not read the binding key again');
+      });
   }
 
   async close(): Promise<void> {
@@ -108,4 +177,23 @@ export class ViewerIdentities {
     }
     return pool;
   }
+}
+
+/** How often at most a refused identity makes this process read a database's key again. */
+const RECHECK_MS = 5_000;
+
+type Key = { inner: Buffer; outer: Buffer };
+
+/** HMAC-SHA-256 from the key's two pads, over the fields joined by newlines (as SQL's concat_ws). */
+function hmac(key: Key, fields: readonly (string | number)[]): Buffer {
+  // One-shot hashes: a Hash object per step cost more than the hashing itself.
+  const message = Buffer.from(fields.join('\n'), 'utf8');
+  const inner = hash('sha256', Buffer.concat([key.inner, message]), 'buffer');
+  return hash('sha256', Buffer.concat([key.outer, inner]), 'buffer');
+}
+
+function xorWith(key: Buffer, pad: number): Buffer {
+  const out = Buffer.allocUnsafe(key.length);
+  for (let i = 0; i < key.length; i++) out[i] = key[i]! ^ pad;
+  return out;
 }

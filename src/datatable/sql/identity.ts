@@ -2,17 +2,26 @@
  * The viewer's identity inside a data-table database (SPEC invariant 13), installed by the
  * library with its privileged connection and idempotent on PostgreSQL 15 and 18.
  *
- * A binding row names a *backend* — its pid and the client address and port of its socket, as
- * the lending connection sees them: the library's privileged side writes it when it lends a
- * connection as the viewer and deletes it before the connection goes back to its pool. Nobody
- * else has any privilege on the table. The two functions a policy calls are SECURITY DEFINER
- * with a fixed search_path and read only the row of the calling backend (pg_backend_pid,
- * inet_client_addr, inet_client_port: no catalog or statistics lookup, a few µs), so nothing a
- * runnable runs on its connection — SET, set_config, SET ROLE, RESET ROLE, DISCARD, NOTIFY —
- * changes what they return, and a second connection of its own has another pid and port. A row
- * left by a process that died is matched by no later backend unless both its pid and its client
- * port are reused; such rows are swept whenever a process installs. Behind a proxy that changes
- * the client address, nothing matches and the functions raise (fail closed).
+ * Two pieces, so that binding a viewer costs no write and no round trip of its own:
+ * - **The lease epoch**: the session's `currval` of the sequence `viewer_cache.lease_seq`. The
+ *   library calls `next_lease()` on the lent connection after each session reset (after the
+ *   run's result is out) and reads the epoch it returns. Sequence values are unique across
+ *   sessions; only the SECURITY DEFINER function can draw one, only the reading functions can
+ *   see the session's value, and a session reset (DISCARD SEQUENCES) forgets it. Nothing is
+ *   written to a table.
+ * - **The binding**: three session settings the library sets from the lent connection,
+ *   pipelined in front of the run's first statement: the viewer's email, attributes, and an
+ *   HMAC-SHA-256 over them, the backend (pid, client port) and the current epoch, under a
+ *   random key only the library's privileged side can read (`binding_key`).
+ *
+ * The functions a policy calls are SECURITY DEFINER with a fixed search_path: they recompute
+ * the MAC from the settings, what the *calling* backend is (pg_backend_pid, inet_client_port)
+ * and its epoch, and raise unless it matches. So a runnable that writes the settings itself
+ * (`SET`, `set_config`) has no key to sign with; one that copies its binding to a second
+ * connection meets another pid, port and epoch; one that keeps a binding for a later lease of
+ * the same backend meets a newer epoch; and one that clears them (RESET ALL, DISCARD ALL,
+ * DISCARD SEQUENCES, or next_lease() itself) only loses its own identity. Behind a proxy that
+ * changes the client port, the MAC does not match and the functions raise (fail closed).
  *
  * In a policy, call them as a scalar subquery — `provider_email = (select
  * viewer_cache.viewer_email())` — so Postgres evaluates them once per query, not once per row.
@@ -25,62 +34,87 @@ export const NO_ATTRIBUTE = 'VC402';
 /** SQLSTATE of reading the email of an embed viewer whose assertion carries none. */
 export const NO_EMAIL = 'VC403';
 
+/** The session settings that carry a binding (see ViewerIdentities.binding). */
+export const SETTING = {
+  email: 'viewer_cache.viewer_email',
+  attributes: 'viewer_cache.viewer_attributes',
+  mac: 'viewer_cache.viewer_mac',
+} as const;
+
+/** HMAC-SHA-256 of `message` (bytea) from the key's two pads in `k`. */
+const hmac = (message: string) =>
+  `pg_catalog.sha256(k.outer_pad || pg_catalog.sha256(k.inner_pad || pg_catalog.convert_to(${message}, 'UTF8')))`;
+
+const RAISE_NO_IDENTITY = `raise exception 'this connection carries no viewer identity'
+         using errcode = '${NO_IDENTITY}',
+               hint = 'only a run with a viewer, connected with ?as=viewer, has one'`;
+
+/**
+ * Declarations and checks shared by the two reading functions: on success `e` holds the email
+ * setting ('=' and the email, or '-' for none) and `a` the attributes' JSON text.
+ */
+const VERIFY_DECLARE = `
+     e text := pg_catalog.current_setting('${SETTING.email}', true);
+     a text := pg_catalog.current_setting('${SETTING.attributes}', true);
+     m text := pg_catalog.current_setting('${SETTING.mac}', true);
+     epoch bigint;
+     k record;`;
+const VERIFY = `
+     if e is null or a is null or m is null or m !~ '^[0-9a-f]{64}$' then
+       ${RAISE_NO_IDENTITY};
+     end if;
+     begin
+       epoch := pg_catalog.currval('viewer_cache.lease_seq');
+     exception when object_not_in_prerequisite_state then
+       ${RAISE_NO_IDENTITY};
+     end;
+     select b.inner_pad, b.outer_pad into k from viewer_cache.binding_key b;
+     -- The MACs are compared through one more hash: the timing says nothing about the bytes.
+     if k.inner_pad is null or pg_catalog.sha256(${hmac(
+       `pg_catalog.concat_ws(E'\n', 'viewer', pg_catalog.pg_backend_pid(),
+          coalesce(pg_catalog.inet_client_port()::text, ''), epoch,
+          pg_catalog.octet_length(e), e, a)`,
+     )}) <> pg_catalog.sha256(pg_catalog.decode(m, 'hex')) then
+       ${RAISE_NO_IDENTITY};
+     end if;`;
+
 export const INSTALL = [
   'create schema if not exists viewer_cache',
-  // Unlogged: bindings live as long as a lease; they need no WAL and no crash recovery.
-  `create unlogged table if not exists viewer_cache.lease_identity (
-     pid int primary key,
-     client_addr inet,
-     client_port int,
-     email text not null,
-     attributes jsonb not null default '{}'::jsonb
+  // Before 0.2 a binding was a row written by the privileged side for every lease.
+  'drop function if exists viewer_cache.release_identity()',
+  'drop table if exists viewer_cache.lease_identity',
+  'create sequence if not exists viewer_cache.lease_seq as bigint',
+  'revoke all on sequence viewer_cache.lease_seq from public',
+  // HMAC-SHA-256 with a 64-byte key, kept as its two padded halves (key xor ipad, key xor
+  // opad) so that SQL needs only sha256(): MAC = sha256(outer || sha256(inner || message)).
+  `create table if not exists viewer_cache.binding_key (
+     singleton boolean primary key default true check (singleton),
+     inner_pad bytea not null check (octet_length(inner_pad) = 64),
+     outer_pad bytea not null check (octet_length(outer_pad) = 64)
    )`,
-  // An embed viewer's assertion may carry no email (tables made before embed viewers: NOT NULL).
-  'alter table viewer_cache.lease_identity alter column email drop not null',
-  'revoke all on viewer_cache.lease_identity from public',
+  'revoke all on viewer_cache.binding_key from public',
   `create or replace function viewer_cache.viewer_email() returns text
      language plpgsql stable security definer
      set search_path = pg_catalog, pg_temp
    as $vc$
-   declare
-     bound boolean;
-     found text;
-   begin
-     select true, i.email into bound, found
-       from viewer_cache.lease_identity i
-      where i.pid = pg_catalog.pg_backend_pid()
-        and i.client_addr is not distinct from pg_catalog.inet_client_addr()
-        and i.client_port is not distinct from pg_catalog.inet_client_port();
-     if bound is null then
-       raise exception 'this connection carries no viewer identity'
-         using errcode = '${NO_IDENTITY}',
-               hint = 'only a run with a viewer, connected with ?as=viewer, has one';
-     end if;
-     if found is null then
+   declare${VERIFY_DECLARE}
+   begin${VERIFY}
+     if e = '-' then
        raise exception 'this viewer has no email'
          using errcode = '${NO_EMAIL}',
                hint = 'an embed viewer has an email only when its host signed one';
      end if;
-     return found;
+     return pg_catalog.substr(e, 2);
    end
    $vc$`,
   `create or replace function viewer_cache.viewer_attribute(name text) returns text
      language plpgsql stable security definer
      set search_path = pg_catalog, pg_temp
    as $vc$
-   declare
+   declare${VERIFY_DECLARE}
      bound jsonb;
-   begin
-     select i.attributes into bound
-       from viewer_cache.lease_identity i
-      where i.pid = pg_catalog.pg_backend_pid()
-        and i.client_addr is not distinct from pg_catalog.inet_client_addr()
-        and i.client_port is not distinct from pg_catalog.inet_client_port();
-     if bound is null then
-       raise exception 'this connection carries no viewer identity'
-         using errcode = '${NO_IDENTITY}',
-               hint = 'only a run with a viewer, connected with ?as=viewer, has one';
-     end if;
+   begin${VERIFY}
+     bound := a::jsonb;
      if not (bound ? name) or jsonb_typeof(bound -> name) = 'null' then
        raise exception 'the viewer was not given the attribute %', name
          using errcode = '${NO_ATTRIBUTE}';
@@ -88,43 +122,32 @@ export const INSTALL = [
      return bound ->> name;
    end
    $vc$`,
-  // A backend may drop its own binding (and only its own): the library calls this on the lent
-  // connection itself when it is given back, beside DISCARD ALL, so a release costs no
-  // privileged round trip. A runnable calling it only loses its own identity.
-  `create or replace function viewer_cache.release_identity() returns void
+  // Called on the lent connection after every session reset: the session's next epoch.
+  // Anyone may call it; doing so only voids the caller's own binding.
+  `create or replace function viewer_cache.next_lease() returns bigint
      language sql volatile security definer
      set search_path = pg_catalog, pg_temp
-   as $vc$
-     delete from viewer_cache.lease_identity where pid = pg_catalog.pg_backend_pid()
-   $vc$`,
-  'revoke all on function viewer_cache.release_identity() from public',
-  'grant execute on function viewer_cache.release_identity() to public',
+   as $vc$ select pg_catalog.nextval('viewer_cache.lease_seq') $vc$`,
+  'revoke all on function viewer_cache.next_lease() from public',
+  'grant execute on function viewer_cache.next_lease() to public',
   'revoke all on function viewer_cache.viewer_email() from public',
   'revoke all on function viewer_cache.viewer_attribute(text) from public',
   'grant usage on schema viewer_cache to public',
   'grant execute on function viewer_cache.viewer_email() to public',
   'grant execute on function viewer_cache.viewer_attribute(text) to public',
-  // Rows of backends that are gone (a process died before it could unbind).
-  `delete from viewer_cache.lease_identity i
-    where not exists (select 1 from pg_catalog.pg_stat_activity a
-                       where a.pid = i.pid
-                         and a.client_port is not distinct from i.client_port)`,
 ];
 
-/** Binds an identity to the backend with pid `$1` and client socket `$2`:`$3`. */
-export const BIND = `
-  insert into viewer_cache.lease_identity (pid, client_addr, client_port, email, attributes)
-  values ($1, $2::inet, $3, $4, $5::jsonb)
-  on conflict (pid) do update
-     set client_addr = excluded.client_addr,
-         client_port = excluded.client_port,
-         email = excluded.email,
-         attributes = excluded.attributes`;
+/** Stores a new binding key unless the database has one (`$1` inner pad, `$2` outer pad). */
+export const STORE_KEY = `
+  insert into viewer_cache.binding_key (inner_pad, outer_pad) values ($1, $2)
+  on conflict (singleton) do nothing`;
 
-export const UNBIND = 'delete from viewer_cache.lease_identity where pid = $1';
+export const READ_KEY = 'select inner_pad, outer_pad from viewer_cache.binding_key';
 
-/**
- * What a viewer lease runs on its own connection when it is given back, in order (DISCARD ALL
- * cannot share a multi-statement query: it refuses to run in its implicit transaction).
- */
-export const RESET_AND_RELEASE = ['select viewer_cache.release_identity()', 'discard all'] as const;
+/** Draws the calling session's next epoch (run after every session reset). */
+export const NEXT_LEASE = 'select viewer_cache.next_lease() as epoch';
+
+/** Sets the binding on the calling backend: `$1` email setting, `$2` attributes, `$3` MAC. */
+export const BIND = `select pg_catalog.set_config('${SETTING.email}', $1, false),
+  pg_catalog.set_config('${SETTING.attributes}', $2, false),
+  pg_catalog.set_config('${SETTING.mac}', $3, false)`;

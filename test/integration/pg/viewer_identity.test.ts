@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createExecutor, type Executor, type RunContext } from '../../../src/index.js';
@@ -63,7 +64,11 @@ beforeAll(async () => {
             (value) => ({ ok: value }),
             (err: { code?: string; message?: string }) => ({ refused: err.code ?? err.message }),
           );
-          return { patients: await patients(db), tried };
+          // A tampering attempt may cost the run its own identity (refused), never give another.
+          const seen = await patients(db).catch((err: { code?: string }) => ({
+            refused: err.code,
+          }));
+          return { patients: seen, tried };
         },
       },
       by_role: {
@@ -83,7 +88,10 @@ afterAll(async () => {
 async function asViewer(viewer: string | null, tried: Attempt = async () => null) {
   attempt = tried;
   const result = await runFor(executor, 'patients', app(viewer));
-  return result.value as { patients: string[]; tried: { ok?: unknown; refused?: string } };
+  return result.value as {
+    patients: string[] | { refused: string };
+    tried: { ok?: unknown; refused?: string };
+  };
 }
 
 describe('the viewer inside Postgres', () => {
@@ -110,25 +118,63 @@ describe('the viewer inside Postgres', () => {
     ).rejects.toMatchObject({ code: 'E_NO_VIEWER' });
   });
 
-  const forgeries: [string, Attempt][] = [
+  const settingsOf = async (db: Awaited<ReturnType<RunContext['datatable']>>) =>
+    (
+      await db.query(
+        `select current_setting('viewer_cache.viewer_email') as e,
+                current_setting('viewer_cache.viewer_attributes') as a,
+                current_setting('viewer_cache.viewer_mac') as m`,
+      )
+    ).rows[0]! as { e: string; a: string; m: string };
+  const setSettings = (
+    db: { query(text: string, values?: unknown[]): Promise<unknown> },
+    s: { e: string; a: string; m: string },
+  ) =>
+    db.query(
+      `select set_config('viewer_cache.viewer_email', $1, false),
+              set_config('viewer_cache.viewer_attributes', $2, false),
+              set_config('viewer_cache.viewer_mac', $3, false)`,
+      [s.e, s.a, s.m],
+    );
+
+  // Each attempt either leaves the viewer's own identity (`own`) or costs the run its identity
+  // (`refused`: reads raise E_NO_VIEWER); never BEN's rows.
+  const forgeries: [string, 'own' | 'refused', Attempt][] = [
     [
       'set_config of a look-alike setting',
+      'own',
       (db) => db.query(`select set_config('viewer_cache.email', '${BEN}', false)`),
     ],
     [
-      'writing the binding table',
-      (db) => db.query(`update viewer_cache.lease_identity set email = '${BEN}'`),
+      "set_config of the binding's own email",
+      'refused',
+      (db) => db.query(`select set_config('viewer_cache.viewer_email', '=${BEN}', false)`),
     ],
     [
-      'inserting a binding',
-      (db) =>
-        db.query(
-          `insert into viewer_cache.lease_identity values (pg_backend_pid(), now(), '${BEN}', '{}')`,
-        ),
+      'drawing from the epoch sequence',
+      'own',
+      (db) => db.query(`select nextval('viewer_cache.lease_seq')`),
     ],
-    ['reading the binding table', (db) => db.query('select * from viewer_cache.lease_identity')],
+    [
+      'setting the epoch sequence back',
+      'own',
+      (db) => db.query(`select setval('viewer_cache.lease_seq', 1)`),
+    ],
+    [
+      "reading the session's epoch",
+      'own',
+      (db) => db.query(`select currval('viewer_cache.lease_seq')`),
+    ],
+    ['reading the binding key', 'own', (db) => db.query('select * from viewer_cache.binding_key')],
+    [
+      'calling next_lease() itself',
+      'refused',
+      (db) => db.query('select viewer_cache.next_lease()'),
+    ],
+    ['DISCARD SEQUENCES', 'refused', (db) => db.query('discard sequences')],
     [
       'replacing the function',
+      'own',
       (db) =>
         db.query(
           `create or replace function viewer_cache.viewer_email() returns text language sql as $$ select '${BEN}' $$`,
@@ -136,35 +182,44 @@ describe('the viewer inside Postgres', () => {
     ],
     [
       'a function of its own earlier on the search_path',
+      'own',
       (db) =>
         db.query(
           `create function pg_temp.viewer_email() returns text language sql as $$ select '${BEN}' $$`,
         ),
     ],
-    ['SET ROLE to its role', (db) => db.query(`set role ${pg.escapeIdentifier(fx.EMEA)}`)],
-    ['RESET ROLE', (db) => db.query('reset role')],
-    ['DISCARD ALL', (db) => db.query('discard all')],
-    ['NOTIFY', (db) => db.query(`notify viewer_cache_catalog, '99999999'`)],
+    ['SET ROLE to its role', 'own', (db) => db.query(`set role ${pg.escapeIdentifier(fx.EMEA)}`)],
+    ['RESET ROLE', 'own', (db) => db.query('reset role')],
+    ['RESET ALL', 'refused', (db) => db.query('reset all')],
+    ['DISCARD ALL', 'refused', (db) => db.query('discard all')],
+    ['NOTIFY', 'own', (db) => db.query(`notify viewer_cache_catalog, '99999999'`)],
   ];
-  for (const [name, tried] of forgeries) {
-    it(`${name}: the identity stays the viewer's own`, async () => {
+  for (const [name, outcome, tried] of forgeries) {
+    it(`${name}: the identity stays the viewer's own, or is lost (${outcome})`, async () => {
       const result = await asViewer(ANN, tried);
-      expect(result.patients).toEqual(['p1', 'p2']);
+      expect(result.patients).toEqual(
+        outcome === 'own' ? ['p1', 'p2'] : { refused: 'E_NO_VIEWER' },
+      );
       // Afterwards, the pooled connection carries nothing into the next job.
       expect((await asViewer(BEN)).patients).toEqual(['p3']);
     });
   }
 
-  it("a second connection of its own, with the login's password, has no identity", async () => {
+  it("a second connection of its own, with the login's password and the binding copied, has no identity", async () => {
     const passwords = await roleLoginPasswords(fx.sql);
     const own = new pg.Client(loginConfig(fx.db.name, fx.EMEA, passwords.get(fx.EMEA)!));
     own.on('error', () => {});
     await own.connect();
     try {
-      await asViewer(ANN);
-      await expect(own.query('select viewer_cache.viewer_email()')).rejects.toMatchObject({
-        code: 'VC401',
+      const result = await asViewer(ANN, async (db) => {
+        await setSettings(own, await settingsOf(db));
+        return own.query('select viewer_cache.viewer_email() as e').then(
+          (r) => r.rows[0]!['e'],
+          (err: { code?: string }) => err.code,
+        );
       });
+      expect(result.tried.ok).toBe('VC401');
+      expect(result.patients).toEqual(['p1', 'p2']);
       expect(
         await own.query('select count(*)::int as n from patients').catch(() => null),
       ).toBeNull();
@@ -173,22 +228,32 @@ describe('the viewer inside Postgres', () => {
     }
   });
 
-  it('the binding is gone once the connection is back in its pool', async () => {
-    await asViewer(ANN);
-    const pid = lastPid;
-    const deadline = performance.now() + 5_000;
-    for (;;) {
-      const { rows } = await fx.sql.query(
-        'select count(*)::int as n from viewer_cache.lease_identity where pid = $1',
-        [pid],
-      );
-      if (rows[0]!['n'] === 0) break;
-      if (performance.now() > deadline) throw new Error('binding still there after release');
-      await new Promise((resolve) => setTimeout(resolve, 10));
+  it('a binding kept from an earlier lease is void on a later lease of the same backend', async () => {
+    let kept: { e: string; a: string; m: string } | null = null;
+    let keptPid = 0;
+    await asViewer(ANN, async (db) => {
+      kept = await settingsOf(db);
+      keptPid = lastPid;
+    });
+    // The pool lends its most recently returned connection first; run until BEN is given the
+    // very backend ANN's binding was made on.
+    for (let i = 0; ; i++) {
+      const result = await asViewer(BEN, async (db) => {
+        if (lastPid !== keptPid) return 'another backend';
+        await setSettings(db, kept!);
+        return 'replayed';
+      });
+      if (result.tried.ok === 'replayed') {
+        expect(result.patients).toEqual({ refused: 'E_NO_VIEWER' });
+        break;
+      }
+      expect(result.patients).toEqual(['p3']);
+      if (i > 50) throw new Error('ANN’s backend was never lent again');
     }
+    expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
   });
 
-  it('the privileged binding connections dying costs nothing: the next run binds on a new one', async () => {
+  it('the privileged identity connections dying costs a run nothing: binding needs none', async () => {
     await asViewer(ANN);
     const { rowCount } = await fx.sql.query(
       `select pg_terminate_backend(pid) from pg_stat_activity
@@ -196,17 +261,76 @@ describe('the viewer inside Postgres', () => {
       [fx.db.name],
     );
     expect(rowCount).toBeGreaterThan(0);
-    // pg-pool drops a dead idle client; a run meanwhile would get E_CONNECT_FAILED, never rows
-    // without its identity (the policy raises). The next runs bind on fresh connections.
-    await waitUntil('a run binds again', async () =>
-      asViewer(ANN).then(
-        (r) => r.patients.join() === 'p1,p2',
-        (err: { code?: string }) => {
-          if (err.code !== 'E_CONNECT_FAILED') throw err;
-          return false;
-        },
-      ),
+    // The binding travels on the lent connection itself, signed by the key read at install.
+    expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
+    expect((await asViewer(BEN)).patients).toEqual(['p3']);
+  });
+
+  it('only a binding signed for this backend and its current epoch counts', async () => {
+    // The strongest attacker: one who learned the key's pads (a superuser here) and so can sign
+    // at will. A binding signed for BEN, this backend and its epoch works, which shows these
+    // MACs are right; the same signed for the epoch before, or for another backend, does not.
+    const { rows } = await fx.sql.query<{ inner_pad: Buffer; outer_pad: Buffer }>(
+      'select inner_pad, outer_pad from viewer_cache.binding_key',
     );
+    const key = rows[0]!;
+    const sign = (pid: number, port: number | null, epoch: bigint, email: string) => {
+      const e = `=${email}`;
+      const message = ['viewer', pid, port ?? '', epoch, Buffer.byteLength(e), e, '{}'].join('\n');
+      const inner = createHash('sha256').update(key.inner_pad).update(message).digest();
+      const mac = createHash('sha256').update(key.outer_pad).update(inner).digest('hex');
+      return { e, a: '{}', m: mac };
+    };
+    const whoAmI = (db: Awaited<ReturnType<RunContext['datatable']>>) =>
+      db.query('select viewer_cache.viewer_email() as e').then(
+        (r) => r.rows[0]!['e'],
+        (err: { code?: string }) => err.code,
+      );
+    const result = await asViewer(ANN, async (db) => {
+      const me = (await db.query('select pg_backend_pid() as pid, inet_client_port() as port'))
+        .rows[0]!;
+      const pid = Number(me['pid']);
+      const port = me['port'] === null ? null : Number(me['port']);
+      // The runnable may draw an epoch itself (voiding its own binding) and so learn its value.
+      const epoch = BigInt(
+        (await db.query('select viewer_cache.next_lease() as e')).rows[0]!['e'] as string,
+      );
+      const outcome: Record<string, unknown> = {};
+      await setSettings(db, sign(pid, port, epoch - 1n, BEN));
+      outcome['earlierEpoch'] = await whoAmI(db);
+      await setSettings(db, sign(pid + 1, port, epoch, BEN));
+      outcome['otherBackend'] = await whoAmI(db);
+      await setSettings(db, sign(pid, port, epoch, BEN));
+      outcome['signed'] = await whoAmI(db);
+      return outcome;
+    });
+    expect(result.tried.ok).toEqual({
+      earlierEpoch: 'E_NO_VIEWER',
+      otherBackend: 'E_NO_VIEWER',
+      signed: BEN,
+    });
+    expect(result.patients).toEqual(['p3']);
+    // The connection is back in its pool under a new epoch: nothing of that carries over.
+    expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
+    expect((await asViewer(BEN)).patients).toEqual(['p3']);
+  });
+
+  it('a binding key changed behind the process fails runs closed until it is read again', async () => {
+    await asViewer(ANN);
+    const fresh = randomBytes(64);
+    await fx.sql.query('update viewer_cache.binding_key set inner_pad = $1, outer_pad = $2', [
+      Buffer.from(fresh.map((b) => b ^ 0x36)),
+      Buffer.from(fresh.map((b) => b ^ 0x5c)),
+    ]);
+    // Runs signed with the old key are refused (never rows); the first refusal makes the
+    // process read the key again.
+    expect((await asViewer(ANN)).patients).toEqual({ refused: 'E_NO_VIEWER' });
+    await waitUntil('the new key is used', async () => {
+      const seen = (await asViewer(ANN)).patients;
+      if (!Array.isArray(seen)) expect(seen).toEqual({ refused: 'E_NO_VIEWER' });
+      return Array.isArray(seen);
+    });
+    expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
     expect((await asViewer(BEN)).patients).toEqual(['p3']);
   });
 
@@ -216,5 +340,98 @@ describe('the viewer inside Postgres', () => {
       db.query("select viewer_cache.viewer_attribute('customer_id')"),
     );
     expect(result.tried.refused).toBe('E_NO_VIEWER_ATTRIBUTE');
+  });
+});
+
+// The binding goes in front of the run's first statement, in the same Sync: whatever that
+// statement does to its transaction, the run keeps its identity for the statements after it.
+describe('the binding sent with the first statement', () => {
+  type Db = Awaited<ReturnType<RunContext['datatable']>>;
+  let script: (db: Db) => Promise<unknown> = async () => null;
+  let scripted: Executor;
+  const me = async (db: Db) =>
+    (await db.query('select viewer_cache.viewer_email() as e')).rows[0]!['e'];
+
+  beforeAll(() => {
+    scripted = createExecutor({
+      datatables: fx.datatables,
+      runnables: {
+        script: {
+          fn: async (_args, ctx) => script(await ctx.datatable('main', { as: 'viewer' })),
+        },
+      },
+    });
+  });
+
+  const runScript = async (body: (db: Db) => Promise<unknown>) => {
+    script = body;
+    return (await runFor(scripted, 'script', app(ANN))).value;
+  };
+  const failed = (p: Promise<unknown>) =>
+    p.then(
+      () => 'ran',
+      (err: { code?: string }) => err.code ?? 'failed',
+    );
+
+  it('a first statement that fails: the next one still has the identity', async () => {
+    expect(
+      await runScript(async (db) => [await failed(db.query('select 1/0')), await me(db)]),
+    ).toEqual(['E_INVALID_DATA', ANN]);
+    expect(
+      await runScript(async (db) => [
+        await failed(db.query('select $1::int / 0', [1])),
+        await me(db),
+      ]),
+    ).toEqual(['E_INVALID_DATA', ANN]);
+  });
+
+  it('a transaction the run opens first, rolled back or failed: the identity stays', async () => {
+    expect(
+      await runScript(async (db) => {
+        await db.query('begin');
+        const inside = await me(db);
+        await db.query('rollback');
+        return [inside, await me(db)];
+      }),
+    ).toEqual([ANN, ANN]);
+    expect(
+      await runScript(async (db) => {
+        await db.query('begin');
+        const error = await failed(db.query('select 1/0'));
+        await db.query('commit'); // ends a failed transaction as ROLLBACK
+        return [error, await me(db)];
+      }),
+    ).toEqual(['E_INVALID_DATA', ANN]);
+    expect(
+      await runScript(async (db) => {
+        await db.query('begin');
+        await db.query('commit');
+        return me(db);
+      }),
+    ).toBe(ANN);
+  });
+
+  it('a first statement that cannot run in a transaction block still runs', async () => {
+    expect(
+      await runScript(async (db) => [await failed(db.query('vacuum patients')), await me(db)]),
+    ).toEqual(['ran', ANN]);
+  });
+
+  it('first statements sent together, or several in one text, all have the identity', async () => {
+    expect(await runScript(async (db) => Promise.all([me(db), me(db), me(db)]))).toEqual([
+      ANN,
+      ANN,
+      ANN,
+    ]);
+    expect(
+      await runScript(
+        async (db) => (await db.query('select 1; select viewer_cache.viewer_email() as e')).rows,
+      ),
+    ).toEqual([{ e: ANN }]);
+    expect(
+      await runScript(
+        async (db) => (await db.query('select $1::text as v', [`it's ${ANN}`])).rows[0]!['v'],
+      ),
+    ).toBe(`it's ${ANN}`);
   });
 });
