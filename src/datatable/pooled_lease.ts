@@ -11,7 +11,7 @@ import {
   NoViewerError,
 } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { type LeadStatement, queryWithLead, simpleQueryWithLead } from './bound_query.js';
+import { type LeadStatement, queryWithLead, simpleQueryWithLead } from './lead_query.js';
 import { isConnectionLost } from './pg_clients.js';
 import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
 
