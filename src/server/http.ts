@@ -1,6 +1,6 @@
 // The route table (~300 lines): kept in one file so that how each route records its viewer reads
 // in one place; errors, schemas and the reply/log ends live beside it (http_*.ts).
-import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
 import {
   type CachedExecutor,
@@ -16,6 +16,7 @@ import {
 } from '../index.js';
 import { limitConnections } from './connection_limits.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { deferredChildLogger } from './http_logger.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
 import {
@@ -87,8 +88,10 @@ export function buildHttpApp(deps: HttpDeps) {
   /** The code of a refused request, for its log line (set only on the error path). */
   const refusals = new WeakMap<FastifyRequest, string>();
   const app = Fastify({
-    loggerInstance: deps.logger,
-    logController: new RequestLog(refusals, metrics.observeRequest),
+    // Typed as Fastify's logger interface so that request loggers can be deferred children.
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    childLoggerFactory: deferredChildLogger,
+    logController: new RequestLog(deps.logger, refusals, metrics.observeRequest),
     bodyLimit: deps.bodyLimit ?? 64 * 1024,
     // Fastify 5 turns all of these off by default, and with them Node's own: a body that never
     // finishes would hold its connection forever.

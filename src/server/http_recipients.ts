@@ -1,11 +1,11 @@
 import type {
+  FastifyBaseLogger,
   FastifyInstance,
   FastifyRequest,
   RawReplyDefaultExpression,
   RawRequestDefaultExpression,
   RawServerDefault,
 } from 'fastify';
-import type { Logger } from '../index.js';
 import {
   appParams,
   type PerRecipientBody,
@@ -39,7 +39,7 @@ export function registerRecipientRoutes(
     RawServerDefault,
     RawRequestDefaultExpression,
     RawReplyDefaultExpression,
-    Logger
+    FastifyBaseLogger
   >,
   deps: RecipientRouteDeps,
 ): void {

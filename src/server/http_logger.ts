@@ -1,0 +1,85 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Bindings, ChildLoggerOptions } from 'pino';
+
+type Line = (...args: unknown[]) => void;
+
+/**
+ * Fastify's per-request logger, made only when something logs through it. Fastify builds a
+ * pino child (`{ reqId }`) for every request, and each child passes its bindings through the
+ * redaction stringifiers; on a served request nothing logs through `request.log` (the access
+ * line is written by `RequestLog` on the root logger, with `reqId`), so that child was pure
+ * cost. Error and debug lines still go through the real child, with the same bindings.
+ */
+export class DeferredChildLogger implements FastifyBaseLogger {
+  readonly #parent: FastifyBaseLogger;
+  readonly #bindings: Bindings;
+  readonly #options: ChildLoggerOptions;
+  #child: FastifyBaseLogger | null = null;
+
+  constructor(parent: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions) {
+    this.#parent = parent;
+    this.#bindings = bindings;
+    this.#options = options;
+  }
+
+  get level(): string {
+    return this.#real().level;
+  }
+
+  set level(level: string) {
+    this.#real().level = level;
+  }
+
+  fatal(...args: unknown[]): void {
+    const real = this.#real();
+    (real.fatal as Line).apply(real, args);
+  }
+
+  error(...args: unknown[]): void {
+    const real = this.#real();
+    (real.error as Line).apply(real, args);
+  }
+
+  warn(...args: unknown[]): void {
+    const real = this.#real();
+    (real.warn as Line).apply(real, args);
+  }
+
+  info(...args: unknown[]): void {
+    const real = this.#real();
+    (real.info as Line).apply(real, args);
+  }
+
+  debug(...args: unknown[]): void {
+    const real = this.#real();
+    (real.debug as Line).apply(real, args);
+  }
+
+  trace(...args: unknown[]): void {
+    const real = this.#real();
+    (real.trace as Line).apply(real, args);
+  }
+
+  silent(...args: unknown[]): void {
+    const real = this.#real();
+    (real.silent as Line).apply(real, args);
+  }
+
+  child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
+    return this.#real().child(bindings, options);
+  }
+
+  #real(): FastifyBaseLogger {
+    this.#child ??= this.#parent.child(this.#bindings, this.#options);
+    return this.#child;
+  }
+}
+
+/** Fastify's `childLoggerFactory`: a {@link DeferredChildLogger}. */
+export function deferredChildLogger(
+  logger: FastifyBaseLogger,
+  bindings: Bindings,
+  options: ChildLoggerOptions,
+): FastifyBaseLogger {
+  return new DeferredChildLogger(logger, bindings, options);
+}
