@@ -31,42 +31,43 @@ export class DeferredChildLogger implements FastifyBaseLogger {
   }
 
   fatal(...args: unknown[]): void {
-    const real = this.#real();
-    (real.fatal as Line).apply(real, args);
+    this.#line('fatal', args);
   }
 
   error(...args: unknown[]): void {
-    const real = this.#real();
-    (real.error as Line).apply(real, args);
+    this.#line('error', args);
   }
 
   warn(...args: unknown[]): void {
-    const real = this.#real();
-    (real.warn as Line).apply(real, args);
+    this.#line('warn', args);
   }
 
   info(...args: unknown[]): void {
-    const real = this.#real();
-    (real.info as Line).apply(real, args);
+    this.#line('info', args);
   }
 
   debug(...args: unknown[]): void {
-    const real = this.#real();
-    (real.debug as Line).apply(real, args);
+    this.#line('debug', args);
   }
 
   trace(...args: unknown[]): void {
-    const real = this.#real();
-    (real.trace as Line).apply(real, args);
+    this.#line('trace', args);
   }
 
   silent(...args: unknown[]): void {
-    const real = this.#real();
-    (real.silent as Line).apply(real, args);
+    this.#line('silent', args);
   }
 
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
     return this.#real().child(bindings, options);
+  }
+
+  #line(
+    level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent',
+    args: unknown[],
+  ): void {
+    const real = this.#real();
+    (real[level] as Line).apply(real, args);
   }
 
   #real(): FastifyBaseLogger {
