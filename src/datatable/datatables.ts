@@ -294,15 +294,15 @@ class DatatableService implements Datatables {
       () =>
         identities.installed(database)
           ? {
-              // One Query message: the reset, then the new epoch (the last result).
-              statements: [`${RESET_SESSION}; ${NEXT_LEASE}`],
-              onDone: (results) => {
-                const all = results[0] as unknown as pg.QueryResult[];
-                identities.entered(connection, all[all.length - 1]!.rows[0]!.epoch);
+              // One Query message: the reset, then the new epoch (its last result).
+              statement: `${RESET_SESSION}; ${NEXT_LEASE}`,
+              onDone: (result) => {
+                const last = Array.isArray(result) ? result[result.length - 1]! : result;
+                identities.entered(connection, last.rows[0]!.epoch);
               },
               onFailed: () => identities.left(connection),
             }
-          : { statements: [RESET_SESSION], onDone: () => identities.left(connection) },
+          : { statement: RESET_SESSION, onDone: () => identities.left(connection) },
       async () => identities.left(connection),
     );
   }

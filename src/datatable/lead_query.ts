@@ -71,7 +71,12 @@ class LeadQuery extends Query {
   }
 }
 
-/** Sends `lead` and then `text` on `client` in one Sync; resolves with the query's own result. */
+/**
+ * Sends `lead` and then the query on `client` in one Sync; resolves with the query's own result.
+ * Always the extended protocol, a query without parameters too: the lead's values travel as
+ * parameters, never as text another session of the login could read in `pg_stat_activity`.
+ * (A text holding several statements is refused by the extended protocol: see PooledLease.)
+ */
 export function queryWithLead(
   client: pg.ClientBase,
   lead: readonly LeadStatement[],
@@ -83,34 +88,4 @@ export function queryWithLead(
     client.query(query);
   });
   return { result, leadFailed: () => query!.leadFailed };
-}
-
-/**
- * The same for a statement without parameters, which pg sends with the simple protocol (and
- * which may hold several statements): the lead goes in front as literals, in the same Query
- * message. Resolves with what pg would have returned for `text` alone.
- */
-export function simpleQueryWithLead(
-  client: pg.ClientBase,
-  lead: readonly LeadStatement[],
-  text: string,
-): { result: Promise<pg.QueryResult | pg.QueryResult[]>; leadFailed(): boolean } {
-  const prefix = lead.map((statement) => `${inline(statement)};`).join(' ');
-  const result = client
-    .query(`${prefix} ${text}`)
-    .then((res: pg.QueryResult | pg.QueryResult[]) => {
-      const own = (Array.isArray(res) ? res : [res]).slice(lead.length);
-      return own.length === 1 ? own[0]! : own;
-    });
-  // pg does not say which statement of a Query message failed. The lead only sets session
-  // settings from text the library made; an error is taken as the run's own (and the binding,
-  // rolled back with it, is sent again in front of the next statement).
-  return { result, leadFailed: () => false };
-}
-
-/** `$n` placeholders of a lead statement replaced by escaped literals (its values are text). */
-function inline(statement: LeadStatement): string {
-  return statement.text.replace(/\$(\d+)/g, (_, n: string) =>
-    pg.escapeLiteral(statement.values[Number(n) - 1]!),
-  );
 }

@@ -11,34 +11,18 @@ import {
   NoViewerError,
 } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { type LeadStatement, queryWithLead, simpleQueryWithLead } from './lead_query.js';
+import { type LeadStatement, queryWithLead } from './lead_query.js';
 import { isConnectionLost } from './pg_clients.js';
 import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
 
 /**
- * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
- *
- * The lease listens for `'error'` on its client from checkout until the client is back in the
- * pool or destroyed: a backend terminated mid-job (a retired login, an operator, a restart)
- * fails that job with `E_CONNECTION_LOST` instead of crashing the process, and the broken
- * client is destroyed, never pooled.
- */
-/** A statement with parameters, run on the lent connection itself. */
-export interface Statement {
-  readonly text: string;
-  readonly values: readonly unknown[];
-}
-
-/**
- * What a release runs on the connection, in order, before pooling it; then `onDone`. With
- * `destroy`, the connection is closed instead (it cannot be made safe to pool).
+ * What a release runs on the connection (one Query message) before pooling it, then `onDone`
+ * with pg's result; `onFailed` if it fails (the connection is then closed).
  */
 export interface ResetPlan {
-  readonly statements: readonly (string | Statement)[];
-  readonly onDone?: (results: readonly pg.QueryResult[]) => void;
-  /** Runs if a statement fails (the connection is then destroyed). */
+  readonly statement: string;
+  readonly onDone?: (result: pg.QueryResult | pg.QueryResult[]) => void;
   readonly onFailed?: (err: unknown) => void;
-  readonly destroy?: boolean;
 }
 
 /**
@@ -54,8 +38,16 @@ export const RESET_SESSION =
   'close all; set session authorization default; reset all; deallocate all; unlisten *; ' +
   'select pg_catalog.pg_advisory_unlock_all(); discard temp; discard sequences';
 
-const DISCARD_ONLY: ResetPlan = { statements: [RESET_SESSION] };
+const DISCARD_ONLY: ResetPlan = { statement: RESET_SESSION };
 
+/**
+ * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
+ *
+ * The lease listens for `'error'` on its client from checkout until the client is back in the
+ * pool or destroyed: a backend terminated mid-job (a retired login, an operator, a restart)
+ * fails that job with `E_CONNECTION_LOST` instead of crashing the process, and the broken
+ * client is destroyed, never pooled.
+ */
 export class PooledLease implements DatatableLease {
   #client: pg.PoolClient | null;
   #broken: Error | null = null;
@@ -64,7 +56,7 @@ export class PooledLease implements DatatableLease {
     this.#broken ??= err;
   };
   readonly #login: string;
-  /** What resets the connection before it goes back: DISCARD ALL, or more (see resetWith). */
+  /** What resets the connection before it goes back (see resetWith). */
   #reset: () => ResetPlan = () => DISCARD_ONLY;
   /** Runs if the connection is destroyed instead (best effort). */
   #onDestroy: (() => Promise<void>) | null = null;
@@ -120,9 +112,9 @@ export class PooledLease implements DatatableLease {
   }
 
   /**
-   * Replaces the reset run before the connection may be pooled again (its statements must all
-   * succeed, or the connection is destroyed; `onDone` runs once they have), and what to do
-   * when it is destroyed instead. `plan` is asked at release, when the run is over.
+   * Replaces the reset run before the connection may be pooled again (it must succeed, or the
+   * connection is closed), and what to do when it is closed instead. `plan` is asked at
+   * release, when the run is over.
    */
   resetWith(plan: () => ResetPlan, onDestroy: () => Promise<void>): void {
     this.#reset = plan;
@@ -137,11 +129,11 @@ export class PooledLease implements DatatableLease {
   }
 
   /**
-   * Sends `statements` (the viewer's binding) on this connection just before the first
-   * statement of the run, in the same write: the pools' connections are in pipeline mode, so
-   * the binding costs no round trip of its own, and a run that never queries binds nothing.
-   * If one fails, every statement of the run fails with `onFailed(err)` (whatever the statement
-   * itself returned is dropped) and the connection is destroyed, never pooled.
+   * Sends `statements` (the viewer's binding) in front of the run's next statement, in the same
+   * Sync (see LeadQuery): the binding costs no round trip of its own, and a run that never
+   * queries binds nothing. If one fails, every statement of the run fails with `onFailed(err)`
+   * and the connection is closed, never pooled. `onRefused` hears of a statement refused the
+   * identity although the binding went out.
    */
   bindBeforeFirstQuery(
     statements: readonly LeadStatement[],
@@ -228,10 +220,11 @@ export class PooledLease implements DatatableLease {
   ): Promise<pg.QueryResult | pg.QueryResult[]> {
     this.#pendingBind = null;
     this.#bindSent = true;
-    const sent =
-      typeof config === 'string'
-        ? simpleQueryWithLead(client, lead, config)
-        : queryWithLead(client, lead, config);
+    const sent = queryWithLead(
+      client,
+      lead,
+      typeof config === 'string' ? { text: config } : config,
+    );
     this.#leading = sent.result.then(
       () => undefined,
       () => undefined,
@@ -248,9 +241,13 @@ export class PooledLease implements DatatableLease {
         this.#bindFailure = this.#onBindFailed!(err);
         throw this.#bindFailure;
       }
-      if ((err as { code?: unknown }).code !== CANNOT_RUN_IN_BLOCK) throw err;
-      // The statement refuses to run inside a transaction block (VACUUM, CREATE INDEX
-      // CONCURRENTLY…), and the binding in front made one: it never ran. Bind on its own first.
+      const code = (err as { code?: unknown }).code;
+      if (code !== CANNOT_RUN_IN_BLOCK && !(code === SYNTAX_ERROR && typeof config === 'string'))
+        throw err;
+      // The statement never ran, and the binding was rolled back with it: it refuses to run
+      // inside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY…), which the binding in
+      // front made, or a text without parameters did not parse as one statement (it may hold
+      // several, which only the simple protocol takes). Bind on its own, then send it as is.
       for (const statement of lead)
         await client.query({ text: statement.text, values: [...statement.values] });
       this.#pendingBind = null;
@@ -303,32 +300,21 @@ export class PooledLease implements DatatableLease {
       client.getTransactionStatus() !== 'I'
         ? null
         : this.#reset();
-    if (plan === null || plan.destroy === true) {
-      // Best effort: a destroyed backend's binding matches nothing anyway (see sql/identity.ts).
+    if (plan === null) {
       this.#onDestroy?.().catch(() => {});
       this.#finish(client, this.#broken ?? true);
       return;
     }
     // Not awaited: the job's result need not wait for the reset; the connection is simply not
-    // back in the pool until it is clean (and unbound). The error listener stays on until then.
-    // All must succeed.
-    const { statements, onDone, onFailed } = plan;
-    // One statement each, in practice (a reset is one Query message), so nothing queues.
-    const sent = statements.map((statement) =>
-      client.query(
-        typeof statement === 'string'
-          ? statement
-          : { text: statement.text, values: [...statement.values] },
-      ),
-    );
-    Promise.all(sent).then(
-      (results) => {
-        onDone?.(results as pg.QueryResult[]);
+    // back in the pool until it is clean. The error listener stays on until then.
+    client.query(plan.statement).then(
+      (result: pg.QueryResult | pg.QueryResult[]) => {
+        plan.onDone?.(result);
         this.#finish(client, this.#broken ?? this.#shed());
       },
       (err: unknown) => {
         this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
-        onFailed?.(err);
+        plan.onFailed?.(err);
         this.#onDestroy?.().catch(() => {});
         this.#finish(client, true);
       },
@@ -357,18 +343,16 @@ export class PooledLease implements DatatableLease {
 /** The socket under a pg client (not in its public types). */
 function socketOf(
   client: pg.PoolClient,
-): { localAddress?: string; localPort?: number; cork(): void; uncork(): void } | undefined {
+): { localAddress?: string; localPort?: number } | undefined {
   return (
-    client as unknown as {
-      connection?: {
-        stream?: { localAddress?: string; localPort?: number; cork(): void; uncork(): void };
-      };
-    }
+    client as unknown as { connection?: { stream?: { localAddress?: string; localPort?: number } } }
   ).connection?.stream;
 }
 
 /** SQLSTATE active_sql_transaction: a statement that cannot run inside a transaction block. */
 const CANNOT_RUN_IN_BLOCK = '25001';
+/** SQLSTATE syntax_error, which is also what several statements in one prepared text raise. */
+const SYNTAX_ERROR = '42601';
 
 /** The command tag of the last statement of a result. */
 function commandOf(result: pg.QueryResult | pg.QueryResult[]): string | undefined {

@@ -2,6 +2,7 @@ import { hash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { type Logger, silentLogger } from '../logger.js';
 import { SingleFlight } from '../util/single_flight.js';
+import type { LeadStatement } from './lead_query.js';
 import { withPooledClient } from './pg_clients.js';
 import * as sql from './sql/identity.js';
 
@@ -11,12 +12,6 @@ export interface ViewerIdentity {
   readonly email: string | null;
   /** Signed attributes (embed viewers); empty for a signed-in user. */
   readonly attributes: Readonly<Record<string, string>>;
-}
-
-/** A statement to run on the lent connection itself. */
-export interface BindStatement {
-  readonly text: string;
-  readonly values: readonly string[];
 }
 
 /** Which backend a lent connection is: its pid, and its socket's local end (null on Unix sockets). */
@@ -83,14 +78,14 @@ export class ViewerIdentities {
   /**
    * The statement a viewer lease sends in front of its first statement: the binding, signed
    * for the backend and for `connection`'s current epoch. Null until `install(database)` has
-   * read the database's key, or while the connection's epoch is unknown (see epochOf).
+   * read the database's key, or while the connection's epoch is unknown (see ready).
    */
   bindingFor(
     database: string,
     connection: object,
     socket: BackendSocket,
     identity: ViewerIdentity,
-  ): BindStatement | null {
+  ): LeadStatement | null {
     const key = this.#keys.get(database);
     const epoch = this.#epochs.get(connection);
     if (key === undefined || epoch === undefined) return null;
@@ -138,6 +133,7 @@ export class ViewerIdentities {
     const now = performance.now();
     const last = this.#rechecked.get(database);
     if (last !== undefined && now - last < RECHECK_MS) return;
+    if (this.#closed) return;
     this.#rechecked.set(database, now);
     void this.#pool(database)
       .query<{ inner_pad: Buffer; outer_pad: Buffer }>(sql.READ_KEY)

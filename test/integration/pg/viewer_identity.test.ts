@@ -378,6 +378,9 @@ describe('the binding sent with the first statement', () => {
       await runScript(async (db) => [await failed(db.query('select 1/0')), await me(db)]),
     ).toEqual(['E_INVALID_DATA', ANN]);
     expect(
+      await runScript(async (db) => [await failed(db.query('selec 1')), await me(db)]),
+    ).toEqual(['42601', ANN]);
+    expect(
       await runScript(async (db) => [
         await failed(db.query('select $1::int / 0', [1])),
         await me(db),
@@ -433,5 +436,31 @@ describe('the binding sent with the first statement', () => {
         async (db) => (await db.query('select $1::text as v', [`it's ${ANN}`])).rows[0]!['v'],
       ),
     ).toBe(`it's ${ANN}`);
+  });
+});
+
+describe('what other sessions of the same login can see', () => {
+  it("no other session of the login reads the viewer's email or MAC in pg_stat_activity", async () => {
+    const passwords = await roleLoginPasswords(fx.sql);
+    const other = new pg.Client(loginConfig(fx.db.name, fx.EMEA, passwords.get(fx.EMEA)!));
+    other.on('error', () => {});
+    await other.connect();
+    try {
+      // Sessions of one login see each other's statements (pg_stat_activity shows a backend's
+      // last statement even while it is idle): the binding must travel as parameters.
+      const seen = await asViewer(ANN, async (db) => {
+        const pid = Number((await db.query('select pg_backend_pid() as pid')).rows[0]!['pid']);
+        const { rows } = await other.query('select query from pg_stat_activity where pid = $1', [
+          pid,
+        ]);
+        return rows.map((row) => String(row['query']));
+      });
+      const texts = seen.tried.ok as string[];
+      expect(texts.length).toBe(1);
+      expect(texts.join('\n')).not.toContain(ANN);
+      expect(texts.join('\n')).not.toMatch(/[0-9a-f]{64}/);
+    } finally {
+      await other.end();
+    }
   });
 });
