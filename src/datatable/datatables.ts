@@ -300,7 +300,10 @@ class DatatableService implements Datatables {
                 const last = Array.isArray(result) ? result[result.length - 1]! : result;
                 identities.entered(connection, last.rows[0]!.epoch);
               },
-              onFailed: () => identities.left(connection),
+              onFailed: (err) => {
+                identities.left(connection);
+                identities.forgetIfMissing(database, err);
+              },
             }
           : { statement: RESET_SESSION, onDone: () => identities.left(connection) },
       async () => identities.left(connection),
@@ -322,6 +325,7 @@ class DatatableService implements Datatables {
         identities.entered(connection, rows[0]!.epoch);
       } catch (err) {
         await lease.release(true);
+        identities.forgetIfMissing(database, err);
         if (isConnectionLost(err)) throw new ConnectionLostError(undefined, { cause: err });
         throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
           cause: err,

@@ -104,6 +104,18 @@ export class ViewerIdentities {
     return { text: sql.BIND, values: [email, attributes, mac.toString('hex')] };
   }
 
+  /**
+   * The identity schema of `database` is not what this process installed (a statement found a
+   * function, sequence or schema missing: dropped or restored behind it). The next viewer lease
+   * installs it again and reads the key anew.
+   */
+  forgetIfMissing(database: string, err: unknown): void {
+    const code = (err as { code?: unknown } | null)?.code;
+    if (code !== '42883' && code !== '42P01' && code !== '3F000') return;
+    this.#installed.delete(database);
+    this.#keys.delete(database);
+  }
+
   /** Whether this process has installed (and read the key of) `database`. */
   installed(database: string): boolean {
     return this.#keys.has(database);

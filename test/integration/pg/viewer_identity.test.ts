@@ -334,6 +334,51 @@ describe('the viewer inside Postgres', () => {
     expect((await asViewer(BEN)).patients).toEqual(['p3']);
   });
 
+  it('the identity functions dropped behind the process: runs fail closed, then they are installed again', async () => {
+    await asViewer(ANN);
+    // The identity's objects only: in this fixture the catalog shares the schema. The policy
+    // goes with the function it calls; it is put back below, as an operator would.
+    await fx.sql.query(
+      `drop function viewer_cache.viewer_email(), viewer_cache.viewer_attribute(text),
+         viewer_cache.next_lease() cascade;
+       drop sequence viewer_cache.lease_seq;
+       drop table viewer_cache.binding_key`,
+    );
+    await waitUntil('a viewer run binds again', async () => {
+      const seen = await asViewer(ANN).then(
+        (r) => r.patients,
+        (err: { code?: string }) => ({ failed: err.code }),
+      );
+      if (Array.isArray(seen)) expect(seen).toEqual([]);
+      const { rows } = await fx.sql.query(
+        "select count(*)::int as n from pg_proc where proname = 'viewer_email'",
+      );
+      return rows[0]!['n'] === 1;
+    });
+    await fx.sql.query(
+      `create policy own_patients on patients for select
+         using (provider_email = (select viewer_cache.viewer_email()))`,
+    );
+    // A pooled connection whose epoch came from the dropped sequence is refused once (closed,
+    // never another viewer's rows), and draws a new epoch when it is given back.
+    await waitUntil('every pooled connection heals', async () => {
+      const ann = (await asViewer(ANN)).patients;
+      const ben = (await asViewer(BEN)).patients;
+      for (const [seen, own] of [
+        [ann, ['p1', 'p2']],
+        [ben, ['p3']],
+      ] as const) {
+        if (Array.isArray(seen)) expect(seen).toEqual(own);
+        else expect(seen).toEqual({ refused: 'E_NO_VIEWER' });
+      }
+      return Array.isArray(ann) && Array.isArray(ben);
+    });
+    for (let i = 0; i < 8; i++) {
+      expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
+      expect((await asViewer(BEN)).patients).toEqual(['p3']);
+    }
+  });
+
   it('installing twice changes nothing (idempotent), and attributes not given are refused', async () => {
     await fx.datatables.admin.createDatatable(WS, 'main', { database: fx.db.name });
     const result = await asViewer(ANN, (db) =>
