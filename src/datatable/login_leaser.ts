@@ -88,7 +88,7 @@ export class LoginLeaser {
           },
         }),
       );
-      this.#known.set(login, password);
+      this.#remember(login, oids, database, password);
     } finally {
       await proof?.release(false);
     }
@@ -140,6 +140,29 @@ export class LoginLeaser {
     } finally {
       this.#checking.delete(login);
     }
+  }
+
+  /**
+   * A set login's password, and the check of its connections after each release: both or
+   * neither. A login known without being watched (one prepared ahead, before this fix) kept
+   * whatever a runnable's `ALTER ROLE current_user SET …` left on it.
+   */
+  #remember(login: string, oids: readonly number[], database: string, password: string): void {
+    this.#known.set(login, password);
+    this.#watched.set(login, {
+      expected: { login, password, memberships: oids },
+      database,
+      repair: async () => {
+        this.#known.delete(login);
+        await this.#protocol.prepare(login, oids, database, {
+          refused: password,
+          onlyIfRecorded: true,
+          prove: async (fresh) => {
+            await (await this.#pools.lease(database, login, fresh)).release(false);
+          },
+        });
+      },
+    });
   }
 
   async #leaseOwn(role: CatalogRole, database: string): Promise<PooledLease> {
@@ -210,21 +233,7 @@ export class LoginLeaser {
       await proof?.release(true);
       throw err;
     }
-    this.#known.set(login, password);
-    this.#watched.set(login, {
-      expected: { login, password, memberships: oids },
-      database,
-      repair: async () => {
-        this.#known.delete(login);
-        await this.#protocol.prepare(login, oids, database, {
-          refused: password,
-          onlyIfRecorded: true,
-          prove: async (fresh) => {
-            await (await this.#pools.lease(database, login, fresh)).release(false);
-          },
-        });
-      },
-    });
+    this.#remember(login, oids, database, password);
     if (proof !== undefined) return proof;
     const expected = { login, password, memberships: oids };
     if (

@@ -10,7 +10,14 @@ import {
   waitUntil,
   watchUncaught,
 } from '../../helpers/faults.js';
-import { canAuthenticate, type OrdersDb, ordersDb, pgRole } from '../../helpers/orders_db.js';
+import {
+  canAuthenticate,
+  type OrdersDb,
+  ordersDb,
+  pgRole,
+  ROWS,
+  WS,
+} from '../../helpers/orders_db.js';
 
 // Issue 8 §3, SPEC invariant 15: a runnable cannot outlive its job through its login. Postgres
 // lets any role change its own password and per-role settings, so the library checks the login
@@ -124,6 +131,58 @@ describe('a runnable changes its own login', () => {
         efd: '1',
         ro: 'off',
       });
+    }
+  }, 60_000);
+});
+
+describe('a set login prepared ahead of its first viewer', () => {
+  // The warmer makes and proves the login of a new combination before anyone runs as it, and
+  // keeps its proving connection warm. Its connections must be checked after each release like
+  // any other: on the old code the prepared login was never watched, so a runnable's
+  // ALTER ROLE … SET stayed on it and reached every later session of the login.
+  it('per-role settings made by a runnable are reset after the job, in the process that prepared it and in one that found it made', async () => {
+    const viewer = 'prepared-ahead@example.com';
+    const roles = await fx.datatables.admin.listRoles(WS);
+    const oids = roles
+      .filter((role) => role.name === fx.EMEA || role.name === fx.APAC)
+      .map((role) => role.oid);
+    const login = RoleSetProtocol.loginName(oids);
+    const p = await fx.open({ migrate: false, pools: { prepareAhead: true } });
+    const q = await fx.open({ migrate: false, pools: { prepareAhead: true } });
+    try {
+      const prepared: string[] = [];
+      p.events.on('login:created', () => prepared.push('p'));
+      q.events.on('login:created', () => prepared.push('q'));
+      await fx.datatables.admin.addMembership(WS, viewer, 'group', 'emea');
+      const last = await fx.datatables.admin.addMembership(WS, viewer, 'group', 'apac');
+      await p.waitForGeneration(last.generation);
+      await q.waitForGeneration(last.generation);
+      await waitUntil('the set login is prepared', async () => {
+        const { rows } = await fx.sql.query(
+          'select 1 from viewer_cache.role_set where login = $1',
+          [login],
+        );
+        return rows.length === 1 && prepared.length === 1;
+      });
+      const rows = [...ROWS['emea']!, ...ROWS['apac']!].sort((x, y) => x - y);
+      for (const instance of [p, q]) {
+        const onIt = faultExecutor(instance);
+        const through = await run(onIt, 'script', viewer, {
+          script: ['alter role current_user set extra_float_digits = -14'],
+        });
+        expect(through.value).toEqual(rows);
+        await waitUntil('the per-role setting is gone', async () => {
+          return (await settingsCount(login)) === 0;
+        });
+        expect((await run(onIt, 'settings', viewer)).value).toEqual({
+          login,
+          efd: '1',
+          ro: 'off',
+        });
+      }
+    } finally {
+      await p.close();
+      await q.close();
     }
   }, 60_000);
 });
