@@ -247,12 +247,14 @@ export class PooledLease implements DatatableLease {
       // The statement never ran, and the binding was rolled back with it: it refuses to run
       // inside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY…), which the binding in
       // front made, or a text without parameters did not parse as one statement (it may hold
-      // several, which only the simple protocol takes). Bind on its own, then send it as is.
+      // several, which only the simple protocol takes). Bind on its own, then send it as is —
+      // unless the job ended meanwhile (it did not wait for this statement): the connection is
+      // being reset and pooled, and nothing of the run may reach it after that.
       for (const statement of lead)
-        await client.query({ text: statement.text, values: [...statement.values] });
+        await this.#usable().query({ text: statement.text, values: [...statement.values] });
       this.#pendingBind = null;
       this.#openLead = null;
-      return await client.query(config);
+      return await this.#usable().query(config);
     } finally {
       this.#leading = null;
     }
@@ -292,7 +294,8 @@ export class PooledLease implements DatatableLease {
     if (client === null) return;
     this.#client = null;
     // A runnable that left a transaction open (or failed) would have the reset run inside it,
-    // and the connection pooled mid-transaction: such a connection is closed instead.
+    // and the connection pooled mid-transaction: such a connection is closed instead, here or,
+    // when the transaction was opened by a statement still in flight, after the reset.
     const plan =
       destroy ||
       this.#broken !== null ||
@@ -309,6 +312,13 @@ export class PooledLease implements DatatableLease {
     // back in the pool until it is clean. The error listener stays on until then.
     client.query(plan.statement).then(
       (result: pg.QueryResult | pg.QueryResult[]) => {
+        if (client.getTransactionStatus() !== 'I') {
+          // A statement the run sent without awaiting it (BEGIN) opened a transaction after the
+          // check above: the reset ran inside it, and a ROLLBACK by the next job would undo it.
+          this.#onDestroy?.().catch(() => {});
+          this.#finish(client, true);
+          return;
+        }
         plan.onDone?.(result);
         this.#finish(client, this.#broken ?? this.#shed());
       },

@@ -55,11 +55,23 @@ beforeAll(async () => {
           for (const statement of args['script'] as string[]) {
             if (statement === 'probe') {
               probes.push((await client.query<Probe>(PROBE)).rows[0]!);
+            } else if (statement.startsWith('send:')) {
+              // Sent and not awaited: the job may end before its answer is in.
+              client.query(statement.slice('send:'.length)).catch(() => {});
             } else {
               await client.query(statement);
             }
           }
           return probes;
+        },
+      },
+      // Sends `text` as its first statement (the viewer's binding goes in front of it) and
+      // returns without waiting for it.
+      sendFirst: {
+        fn: async (args, ctx) => {
+          const client = await ctx.datatable('main', { as: 'viewer' });
+          client.query(args['text'] as string).catch(() => {});
+          return null;
         },
       },
       // Holds its connection until the test opens the gate.
@@ -161,6 +173,31 @@ describe('the next job on the same pooled connection is unaffected', () => {
     expect(open).toMatchObject({ pid: before!.pid, user: fx.EMEA, inTransaction: true });
     const [next] = await script(CAROL, ['probe']);
     expect(next!.pid).not.toBe(before!.pid);
+    expect(next).toMatchObject({ user: before!.user, inTransaction: false, ids: [1, 2, 3] });
+  });
+
+  it('a transaction opened by a statement the job did not wait for: closed instead of reused', async () => {
+    // The job returns before the server has answered its BEGIN, so the connection still looks
+    // idle at release: the reset then ran inside that transaction, and the connection went back
+    // to the pool mid-transaction. The next job ran in it, and its ROLLBACK undid the reset
+    // (RESET ALL, SET SESSION AUTHORIZATION DEFAULT, DISCARD TEMP are transactional): the
+    // previous job's SET ROLE was back.
+    const [before] = await script(CAROL, ['probe']);
+    await script(CAROL, [`set role ${ident(fx.EMEA)}`, 'send:begin']);
+    const [next, afterRollback] = await script(CAROL, ['probe', 'rollback', 'probe']);
+    expect(next).toMatchObject({ user: before!.user, inTransaction: false, ids: [1, 2, 3] });
+    expect(afterRollback).toMatchObject({ user: before!.user, ids: [1, 2, 3] });
+  });
+
+  it('a first statement the job did not wait for, sent again without the binding in front: never after the reset', async () => {
+    // Several statements in one text do not parse as one prepared statement, so the lease binds
+    // on its own and sends the text again. The job had ended meanwhile: that text ran after the
+    // reset, on a connection already back in the pool, and the next job ran under its SET ROLE.
+    const [before] = await script(CAROL, ['probe']);
+    await runFor(executor, 'sendFirst', app(CAROL), {
+      args: { text: `set role ${ident(fx.EMEA)}; select 1` },
+    });
+    const [next] = await script(CAROL, ['probe']);
     expect(next).toMatchObject({ user: before!.user, inTransaction: false, ids: [1, 2, 3] });
   });
 
