@@ -80,6 +80,7 @@ export class LoginLeaser {
     const login = RoleSetProtocol.loginName(oids);
     if (this.#known.has(login) || this.#flights.get(login) !== undefined) return;
     let proof: PooledLease | undefined;
+    let prepared = false;
     try {
       const password = await this.#flights.run(login, () =>
         this.#protocol.prepare(login, oids, database, {
@@ -89,8 +90,11 @@ export class LoginLeaser {
         }),
       );
       this.#remember(login, oids, database, password);
+      prepared = true;
     } finally {
-      await proof?.release(false);
+      // Kept warm only for a login that was made: one whose preparation failed after the proof
+      // (a role disabled meanwhile) has no row, and its connection must not sit in a pool.
+      await proof?.release(!prepared);
     }
   }
 
