@@ -142,11 +142,9 @@ describe('a set login prepared ahead of its first viewer', () => {
   // ALTER ROLE … SET stayed on it and reached every later session of the login.
   it('per-role settings made by a runnable are reset after the job, in the process that prepared it and in one that found it made', async () => {
     const viewer = 'prepared-ahead@example.com';
-    const roles = await fx.datatables.admin.listRoles(WS);
-    const oids = roles
-      .filter((role) => role.name === fx.EMEA || role.name === fx.APAC)
-      .map((role) => role.oid);
-    const login = RoleSetProtocol.loginName(oids);
+    const emea = (await pgRole(fx.sql, fx.EMEA))!.oid;
+    const apac = (await pgRole(fx.sql, fx.APAC))!.oid;
+    const login = RoleSetProtocol.loginName([emea, apac]);
     const p = await fx.open({ migrate: false, pools: { prepareAhead: true } });
     const q = await fx.open({ migrate: false, pools: { prepareAhead: true } });
     try {
