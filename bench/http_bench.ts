@@ -59,26 +59,7 @@ export async function httpBench(
   redisPrefix: string,
   plan: LatencyPlan,
 ): Promise<HttpRow[]> {
-  const database = `${prefix}http`;
-  await postgres.createDatabase(database);
-  const config = readConfig({
-    ...process.env,
-    DATABASE_URL: postgres.url(database),
-    REDIS_URL: redisUrl,
-    VIEWER_CACHE_REDIS_PREFIX: redisPrefix,
-    VIEWER_CACHE_REDIS_TIMEOUT_MS: '2000',
-    VIEWER_CACHE_SECRET_KEY: 'bench-http-secret-0123456789abcdef-0123456789',
-    VIEWER_CACHE_DEMO: 'true',
-    // The demo's roles are cluster-wide: give them the run's prefix.
-    VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: process.env['VC_BENCH_LOG_LEVEL'] ?? 'info',
-    LOG_FORMAT: 'json',
-  });
-  process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] = prefix;
-  const server = await startServer(config, createServerLogger(config, '/dev/null'));
-  const alice = server.demoTokens['alice@example.com']!;
+  const { server, token: alice } = await startBenchServer(postgres, prefix, redisUrl, redisPrefix);
   const floor = await floorServer(redisUrl, `${redisPrefix}floor`);
   const single = new Agent({ keepAlive: true, maxSockets: 1 });
   const pool = new Agent({ keepAlive: true, maxSockets: HTTP_CONCURRENCY });
@@ -198,6 +179,40 @@ export async function httpBench(
   }
 }
 
+/**
+ * The reference server as the HTTP rows measure it: in this process, on a database of its own
+ * named after `prefix`, with its real logger (level info, JSON lines to /dev/null), the demo
+ * world, and `VIEWER_CACHE_MEMORY_TIER_BYTES` from the environment (two tiers unless `0`).
+ * Returns it with alice's API token.
+ */
+export async function startBenchServer(
+  postgres: BenchPostgres,
+  prefix: string,
+  redisUrl: string,
+  redisPrefix: string,
+) {
+  const database = `${prefix}http`;
+  await postgres.createDatabase(database);
+  const config = readConfig({
+    ...process.env,
+    DATABASE_URL: postgres.url(database),
+    REDIS_URL: redisUrl,
+    VIEWER_CACHE_REDIS_PREFIX: redisPrefix,
+    VIEWER_CACHE_REDIS_TIMEOUT_MS: '2000',
+    VIEWER_CACHE_SECRET_KEY: 'bench-http-secret-0123456789abcdef-0123456789',
+    VIEWER_CACHE_DEMO: 'true',
+    // The demo's roles are cluster-wide: give them the run's prefix.
+    VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: process.env['VC_BENCH_LOG_LEVEL'] ?? 'info',
+    LOG_FORMAT: 'json',
+  });
+  process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] = prefix;
+  const server = await startServer(config, createServerLogger(config, '/dev/null'));
+  return { server, token: server.demoTokens['alice@example.com']! };
+}
+
 /** CPU µs per op of each scenario: `rounds` interleaved rounds of 200 sequential ops. */
 async function measureCpu(scenarios: readonly Scenario[], rounds: number) {
   const OPS = 200;
@@ -215,7 +230,7 @@ async function measureCpu(scenarios: readonly Scenario[], rounds: number) {
 }
 
 /** The floor: Fastify with defaults (no logger), one route, one `getBuffer`. */
-async function floorServer(redisUrl: string, key: string) {
+export async function floorServer(redisUrl: string, key: string) {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   redis.on('error', () => {});
   const app = Fastify();

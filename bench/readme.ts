@@ -66,6 +66,8 @@ npm run bench                         # everything, ≈ 1–2 min; rewrites the 
 npm run bench -- --quick --no-write   # a fast look while changing code
 npm run bench -- --only=redis_hit     # some scenarios (their baselines always run); prints only
 npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)
+npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket: before the write, waiting, after the reply
+npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
 \`\`\`
 
 Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are written under
@@ -73,7 +75,9 @@ Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are 
 the Postgres version. For a performance change, run it on main and on the branch, on the same
 machine, and compare the ratios. Rows share one heap, so garbage one row leaves is collected on
 another's time: for a change in what the hit allocates or keeps alive, compare
-\`bench/redis_process.ts\` runs too (one row per process).
+\`bench/redis_process.ts\` runs too (one row per process). The HTTP rows of \`npm run bench\`
+share one process with their client and the floor server; \`bench/http_process.ts\` gives each
+route a process of its own, and its CPU per request is the server's alone.
 
 ## Scenarios (one file each, named tier_operation)
 
