@@ -143,39 +143,73 @@ describe('RedisCacheStore writes', () => {
       const store = new RedisCacheStore({ redis: client, prefix: `${prefix}cork:` });
       const keys = Array.from({ length: 64 }, (_, i) => `k${i}`);
       for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
-      // Count what reaches the socket's write layer (Node's stream API, not our code).
-      const socket = client.stream as unknown as {
-        _write: (...a: unknown[]) => void;
-        _writev: (...a: unknown[]) => void;
-      };
-      let writes = 0;
-      for (const method of ['_write', '_writev'] as const) {
-        const original = socket[method].bind(socket);
-        socket[method] = (...a: unknown[]) => {
-          writes++;
-          original(...a);
-        };
-      }
+      const counted = countSocketWrites(client);
       const values = await Promise.all(keys.map((key) => store.get(key)));
+      let writes = counted.writes;
       expect(writes).toBe(2);
       expect(values.map((v) => Buffer.from(v!).toString())).toEqual(
         keys.map((key) => `value of ${key}`),
       );
       // A GET on its own still leaves at once (one write, answered).
       expect(Buffer.from((await store.get('k1'))!).toString()).toBe('value of k1');
+      writes = counted.writes;
       expect(writes).toBe(3);
       // After a large reply, GETs are not batched: large replies are bandwidth-bound.
       await store.set('large', Buffer.alloc(64 * 1024), 60_000);
       await store.get('large');
-      const before = writes;
+      const before = counted.writes;
       await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
-      expect(writes - before).toBe(8);
+      expect(counted.writes - before).toBe(8);
       // …and once replies are small again, they are.
-      const again = writes;
+      const again = counted.writes;
       await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
-      expect(writes - again).toBe(2);
+      expect(counted.writes - again).toBe(2);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('sends GETs from later callbacks of one event-loop turn together, as the requests of a server come', async () => {
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}turn:` });
+      const keys = Array.from({ length: 8 }, (_, i) => `t${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      const counted = countSocketWrites(client);
+      // Eight callbacks of one phase of the loop, each its own tick, like eight sockets'
+      // requests read in one poll: the first GET leaves at once, the other seven in one write
+      // when the turn's callbacks are done (flushed per tick, they took eight writes).
+      const values = await Promise.all(
+        keys.map(
+          (key) =>
+            new Promise<Uint8Array | null>((resolve, reject) => {
+              setImmediate(() => store.get(key).then(resolve, reject));
+            }),
+        ),
+      );
+      expect(counted.writes).toBe(2);
+      expect(values.map((v) => Buffer.from(v!).toString())).toEqual(
+        keys.map((key) => `value of ${key}`),
+      );
     } finally {
       await client.quit();
     }
   });
 });
+
+/** Counts what reaches a client socket's write layer (Node's stream API, not our code). */
+function countSocketWrites(client: Redis): { readonly writes: number } {
+  const socket = client.stream as unknown as {
+    _write: (...a: unknown[]) => void;
+    _writev: (...a: unknown[]) => void;
+  };
+  const counted = { writes: 0 };
+  for (const method of ['_write', '_writev'] as const) {
+    const original = socket[method].bind(socket);
+    socket[method] = (...a: unknown[]) => {
+      counted.writes++;
+      original(...a);
+    };
+  }
+  return counted;
+}
