@@ -1,8 +1,16 @@
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { CacheStore } from '../../../src/index.js';
 import { RedisCacheStore } from '../../../src/index.js';
-import { deleteKeys, elapseOnServer, rawClient, uniquePrefix } from '../../helpers/redis.js';
+import {
+  deleteKeys,
+  elapseOnServer,
+  rawClient,
+  ready,
+  redisAddress,
+  uniquePrefix,
+} from '../../helpers/redis.js';
+import { TcpProxy } from '../../helpers/tcp_proxy.js';
 import { registerStoreConformance } from '../../store_conformance.js';
 
 const url = inject('redisUrl');
@@ -193,6 +201,53 @@ describe('RedisCacheStore writes', () => {
       );
     } finally {
       await client.quit();
+    }
+  });
+
+  it('GETs held for the end of the turn fail at once when the connection drops meanwhile', async () => {
+    const proxy = await TcpProxy.start(redisAddress(url));
+    const client = new Redis(redisAddress(url).via(proxy.port), {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => 20,
+    });
+    client.on('error', () => {});
+    try {
+      await ready(client);
+      // A minute's bound: a held GET that the drop did not fail would hang the test, not pass.
+      const store = new RedisCacheStore({
+        redis: client,
+        prefix: `${prefix}drop:`,
+        commandTimeout: '60s',
+      });
+      const keys = Array.from({ length: 8 }, (_, i) => `d${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      const settled = await Promise.allSettled(
+        keys.map(
+          (key, i) =>
+            new Promise<Uint8Array | null>((resolve, reject) => {
+              setImmediate(() => {
+                store.get(key).then(resolve, reject);
+                // The last callback of the turn drops the connection while seven GETs are held.
+                if (i === keys.length - 1) proxy.dropConnections();
+              });
+            }),
+        ),
+      );
+      // The seven held GETs fail with the connection, as a store failure the middleware turns
+      // into an uncached run: never a hang, never an answer from another connection.
+      for (const outcome of settled.slice(1)) {
+        expect(outcome).toMatchObject({
+          status: 'rejected',
+          reason: { code: 'E_STORE_UNAVAILABLE' },
+        });
+      }
+      // The client reconnects on its own, and the store answers again.
+      await ready(client);
+      expect(Buffer.from((await store.get('d3'))!).toString()).toBe('value of d3');
+    } finally {
+      client.disconnect();
+      await proxy.stop();
     }
   });
 });
