@@ -1,32 +1,35 @@
 /**
- * HTTP-level scenarios: the reference server, in process, on the run's Postgres and Redis, with
- * its real logger (level info, JSON lines to /dev/null). A cached request beside:
+ * HTTP-level scenarios: the reference server on the run's Postgres and Redis, with its real
+ * logger (level info, JSON lines to /dev/null), beside
  * - `http_fastify_get`, the floor: a minimal Fastify route (no logger) that takes the same
  *   request (POST, JSON body, bearer header), does one `getBuffer` of the same response bytes
  *   from the same Redis and sends them;
  * - `GET /healthz`, the server's cost of HTTP alone;
+ * - a cached app request with the server's default two tiers, and the same on a second server
+ *   with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`): issue 11's figures are these two
+ *   against the floor;
  * - an uncached one (a preview of the same runnable: it runs the query as the viewer every time).
- * Latency is one keep-alive connection; throughput is `HTTP_CONCURRENCY` connections.
  *
- * Standalone (`npx tsx bench/http_bench.ts [--quick]`, with DATABASE_URL and REDIS_URL) it
- * prints the issue-11 ratios against the floor; `npm run bench` includes these rows.
+ * The servers run in this process; the client runs in one of its own (`http_client.ts`), so a
+ * row's CPU per request is its server's alone, and no client shares an event loop with the
+ * server it measures (when it did, the cached request's CPU over the floor's measured +125 µs
+ * instead of +35–60 µs). Rows are interleaved in rounds, as everywhere else. Latency is one
+ * keep-alive connection; throughput and CPU per request are `HTTP_CONCURRENCY` connections.
+ *
+ * Standalone: `npx tsx bench/http_bench.ts [--quick]` (with DATABASE_URL and REDIS_URL) prints
+ * the table; `npm run bench` includes it.
  */
-import { Agent, request } from 'node:http';
-import { pathToFileURL } from 'node:url';
+import { type ChildProcess, fork } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { readConfig } from '../src/server/config.js';
 import { createServerLogger, startServer } from '../src/server/runtime.js';
-import {
-  BenchInvariantError,
-  fmt,
-  type LatencyPlan,
-  markdownTable,
-  measureLatency,
-  measureThroughput,
-  type Scenario,
-} from './helpers.js';
+import { BenchInvariantError, type LatencyPlan } from './helpers.js';
+import type { BatchRequest, BatchResult } from './http_client.js';
 import { type BenchPostgres, benchPostgres } from './postgres_fixture.js';
+import { HTTP_CONCURRENCY, httpTable } from './report.js';
 
 export interface HttpRow {
   readonly id: string;
@@ -43,14 +46,22 @@ export interface HttpRow {
   /** req/s ÷ the floor's req/s. */
   readonly floorThroughput: number;
   /**
-   * CPU time (user + system, this process: client and server) per request, one connection.
-   * Steadier than latency on a shared machine: another tenant's load delays a request but does
-   * not add to this process's CPU. The client's share is the same for every row.
+   * CPU time (user + system) of the servers' process per request, over `HTTP_CONCURRENCY`
+   * connections. Steadier than latency on a shared machine: another tenant's load delays a
+   * request but does not add to this process's CPU.
    */
   readonly cpuUs: number;
 }
 
-const HTTP_CONCURRENCY = 8;
+const CLIENT = join(dirname(fileURLToPath(import.meta.url)), 'http_client.ts');
+const APP_RUN = '/api/w/demo/apps/orders-dashboard/run';
+const LIST = JSON.stringify({ path: 'f/orders/list' });
+
+interface HttpScenario {
+  readonly id: string;
+  readonly label: string;
+  readonly target: Omit<BatchRequest, 'id' | 'conns' | 'ops' | 'ms' | 'minOps'>;
+}
 
 export async function httpBench(
   postgres: BenchPostgres,
@@ -59,137 +70,215 @@ export async function httpBench(
   redisPrefix: string,
   plan: LatencyPlan,
 ): Promise<HttpRow[]> {
-  const { server, token: alice } = await startBenchServer(postgres, prefix, redisUrl, redisPrefix);
+  const twoTiers = await startBenchServer(postgres, prefix, redisUrl, redisPrefix);
+  // The demo's roles are cluster-wide: the second server's start with the run's prefix too.
+  const redisOnly = await startBenchServer(postgres, `${prefix}r`, redisUrl, `${redisPrefix}r:`, {
+    VIEWER_CACHE_MEMORY_TIER_BYTES: '0',
+  });
   const floor = await floorServer(redisUrl, `${redisPrefix}floor`);
-  const single = new Agent({ keepAlive: true, maxSockets: 1 });
-  const pool = new Agent({ keepAlive: true, maxSockets: HTTP_CONCURRENCY });
-
-  const call = (agent: Agent, base: string, method: string, path: string, body?: string) =>
-    new Promise<{ status: number; cache: string | undefined; text: string }>((resolve, reject) => {
-      const { port } = new URL(base);
-      const req = request(
-        {
-          host: '127.0.0.1',
-          port,
-          method,
-          path,
-          agent,
-          headers: {
-            authorization: `Bearer ${alice}`,
-            ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-          },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (chunk: Buffer) => chunks.push(chunk));
-          res.on('end', () => {
-            const cache = res.headers['x-viewer-cache'];
-            resolve({
-              status: res.statusCode ?? 0,
-              cache: typeof cache === 'string' ? cache : undefined,
-              text: Buffer.concat(chunks).toString('utf8'),
-            });
-          });
-          res.on('error', reject);
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
-  const list = JSON.stringify({ path: 'f/orders/list' });
-  const expect =
-    (agent: Agent, base: string, method: string, path: string, body?: string, cache?: string) =>
-    async () => {
-      const res = await call(agent, base, method, path, body);
-      if (res.status !== 200 || (cache !== undefined && res.cache !== cache)) {
-        throw new BenchInvariantError(`${path}: ${res.status} ${String(res.cache)}`);
-      }
-    };
-  // The floor serves the very bytes a cached request answers with.
-  const first = await call(
-    single,
-    server.url,
-    'POST',
-    '/api/w/demo/apps/orders-dashboard/run',
-    list,
-  );
-  await floor.store(Buffer.from(first.text));
-
-  const scenarios = (agent: Agent): Scenario[] => [
-    {
-      id: 'http_fastify_get',
-      label: 'floor: a minimal Fastify route doing one `getBuffer` of the same response bytes',
-      async: true,
-      // The same request as the cached one (POST, JSON body, bearer header): only the server's
-      // work differs.
-      op: expect(agent, floor.url, 'POST', '/floor', list),
-    },
-    {
-      id: 'http_healthz',
-      label: '`GET /healthz` (the server, HTTP round trip only)',
-      async: true,
-      op: expect(agent, server.url, 'GET', '/healthz'),
-    },
-    {
-      id: 'http_cached',
-      label: 'app request, cache hit (stored bytes written as they are)',
-      async: true,
-      op: expect(agent, server.url, 'POST', '/api/w/demo/apps/orders-dashboard/run', list, 'hit'),
-    },
-    {
-      id: 'http_uncached',
-      label: 'preview of the same runnable (never cached: runs the query as the viewer)',
-      async: true,
-      op: expect(agent, server.url, 'POST', '/api/w/demo/jobs/preview', list, 'miss'),
-    },
-  ];
+  const client = await HttpClient.start();
   try {
-    const latency = await measureLatency(scenarios(single), plan);
-    const throughput = await measureThroughput(scenarios(pool), {
-      concurrency: HTTP_CONCURRENCY,
-      opsPerRound: HTTP_CONCURRENCY * 10,
-      warmupRounds: 2,
-      rounds: Math.max(6, Math.round(plan.rounds / 2)),
-    });
-    const cpu = await measureCpu(scenarios(single), Math.max(5, Math.round(plan.rounds / 4)));
-    const base = latency.get('http_healthz')!;
-    const floorStats = latency.get('http_fastify_get')!;
-    const floorRate = throughput.get('http_fastify_get')!.opsPerSec;
-    return scenarios(single).map((s) => {
-      const st = latency.get(s.id)!;
-      const rate = throughput.get(s.id)!.opsPerSec;
-      return {
-        id: s.id,
-        label: s.label,
-        p50Us: st.p50Us,
-        p99Us: st.p99Us,
-        ops: st.ops,
-        ratio: st.p50Us / base.p50Us,
-        floorRatio: st.p50Us / floorStats.p50Us,
-        reqPerSec: rate,
-        floorThroughput: rate / floorRate,
-        cpuUs: cpu.get(s.id)!,
-      };
-    });
+    // The first request of each server fills its cache; the floor serves the very bytes a
+    // cached request answers with.
+    const bytes = await firstRun(twoTiers.server.url, twoTiers.token);
+    await firstRun(redisOnly.server.url, redisOnly.token);
+    await floor.store(bytes);
+    const port = (url: string) => Number(new URL(url).port);
+    const app = (url: string, token: string, expectCache: string) =>
+      ({ port: port(url), method: 'POST', path: APP_RUN, body: LIST, token, expectCache }) as const;
+    const scenarios: HttpScenario[] = [
+      {
+        id: 'http_fastify_get',
+        label: 'floor: a minimal Fastify route doing one `getBuffer` of the same response bytes',
+        // The same request as the cached one (POST, JSON body, bearer header): only the
+        // server's work differs.
+        target: {
+          port: port(floor.url),
+          method: 'POST',
+          path: '/floor',
+          body: LIST,
+          token: twoTiers.token,
+        },
+      },
+      {
+        id: 'http_healthz',
+        label: '`GET /healthz` (the server, HTTP round trip only)',
+        target: {
+          port: port(twoTiers.server.url),
+          method: 'GET',
+          path: '/healthz',
+          token: twoTiers.token,
+        },
+      },
+      {
+        id: 'http_cached',
+        label: 'app request, cache hit, two tiers (the default): the memory tier answers',
+        target: app(twoTiers.server.url, twoTiers.token, 'hit'),
+      },
+      {
+        id: 'http_cached_redis_only',
+        label: 'app request, cache hit, Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`)',
+        target: app(redisOnly.server.url, redisOnly.token, 'hit'),
+      },
+      {
+        id: 'http_uncached',
+        label: 'preview of the same runnable (never cached: runs the query as the viewer)',
+        target: {
+          port: port(twoTiers.server.url),
+          method: 'POST',
+          path: '/api/w/demo/jobs/preview',
+          body: LIST,
+          token: twoTiers.token,
+          expectCache: 'miss',
+        },
+      },
+    ];
+    return await measure(client, scenarios, plan);
   } finally {
-    single.destroy();
-    pool.destroy();
+    client.close();
     await floor.close();
-    await server.close();
+    await redisOnly.server.close();
+    await twoTiers.server.close();
+  }
+}
+
+/** The cached app request's first run (a miss, which fills the cache); its response bytes. */
+async function firstRun(base: string, token: string): Promise<Buffer> {
+  const res = await fetch(new URL(APP_RUN, base), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: LIST,
+  });
+  if (res.status !== 200) throw new BenchInvariantError(`first run answered ${res.status}`);
+  return Buffer.from(await res.arrayBuffer());
+}
+
+/**
+ * Latency (one connection, `plan.roundMs` per row per round) and throughput with CPU per
+ * request (`HTTP_CONCURRENCY` connections, a fixed number of requests per row per round), both
+ * interleaved in rounds with the starting row rotated.
+ */
+async function measure(
+  client: HttpClient,
+  scenarios: readonly HttpScenario[],
+  plan: LatencyPlan,
+): Promise<HttpRow[]> {
+  const rotated = (r: number) => scenarios.map((_, k) => scenarios[(k + r) % scenarios.length]!);
+  const warmRounds = Math.max(1, Math.round(plan.warmupMs / plan.roundMs));
+  const latencies = new Map(scenarios.map((s) => [s.id, [] as number[]]));
+  for (let r = 0; r < warmRounds + plan.rounds; r++) {
+    for (const s of rotated(r)) {
+      const batch = { ...s.target, conns: 1, ms: plan.roundMs, minOps: plan.minOpsPerRound };
+      const { latenciesUs } = await client.batch(batch);
+      if (r >= warmRounds) latencies.get(s.id)!.push(...latenciesUs);
+    }
+  }
+  const loaded = new Map(scenarios.map((s) => [s.id, { requests: 0, wallNs: 0, cpuUs: 0 }]));
+  const rounds = Math.max(6, Math.round(plan.rounds / 2));
+  const perRound = HTTP_CONCURRENCY * 10;
+  for (let r = 0; r < 2 + rounds; r++) {
+    for (const s of rotated(r)) {
+      const before = process.cpuUsage();
+      const { wallNs } = await client.batch({
+        ...s.target,
+        conns: HTTP_CONCURRENCY,
+        ops: perRound,
+      });
+      const cpu = process.cpuUsage(before);
+      if (r < 2) continue;
+      const acc = loaded.get(s.id)!;
+      acc.requests += perRound;
+      acc.wallNs += wallNs;
+      acc.cpuUs += cpu.user + cpu.system;
+    }
+  }
+  const stats = new Map(
+    scenarios.map((s) => {
+      const sorted = Float64Array.from(latencies.get(s.id)!).sort();
+      const at = (p: number) =>
+        sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]!;
+      const acc = loaded.get(s.id)!;
+      return [
+        s.id,
+        {
+          ops: sorted.length,
+          p50Us: at(0.5),
+          p99Us: at(0.99),
+          reqPerSec: (acc.requests * 1e9) / acc.wallNs,
+          cpuUs: acc.cpuUs / acc.requests,
+        },
+      ];
+    }),
+  );
+  const healthz = stats.get('http_healthz')!;
+  const floor = stats.get('http_fastify_get')!;
+  return scenarios.map((s) => {
+    const st = stats.get(s.id)!;
+    return {
+      id: s.id,
+      label: s.label,
+      ...st,
+      ratio: st.p50Us / healthz.p50Us,
+      floorRatio: st.p50Us / floor.p50Us,
+      floorThroughput: st.reqPerSec / floor.reqPerSec,
+    };
+  });
+}
+
+/** The forked client: one batch at a time, each answered with its latencies. */
+class HttpClient {
+  readonly #child: ChildProcess;
+  #next = 0;
+
+  private constructor(child: ChildProcess) {
+    this.#child = child;
+  }
+
+  static async start(): Promise<HttpClient> {
+    // The same loader flags as this process (tsx), so the client runs from its TypeScript.
+    const child = fork(CLIENT, [], { execArgv: process.execArgv, stdio: 'inherit' });
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', reject);
+    });
+    return new HttpClient(child);
+  }
+
+  batch(request: Omit<BatchRequest, 'id'>): Promise<BatchResult> {
+    const id = ++this.#next;
+    return new Promise((resolve, reject) => {
+      const onMessage = (result: BatchResult) => {
+        if (result.id !== id) return;
+        this.#child.off('message', onMessage).off('exit', onExit);
+        if (result.error !== undefined) reject(new BenchInvariantError(result.error));
+        else resolve(result);
+      };
+      const onExit = (code: number | null) => {
+        this.#child.off('message', onMessage);
+        reject(new Error(`the HTTP bench client exited (${code})`));
+      };
+      this.#child.on('message', onMessage).once('exit', onExit);
+      this.#child.send({ ...request, id });
+    });
+  }
+
+  close(): void {
+    this.#child.disconnect();
   }
 }
 
 /**
  * The reference server as the HTTP rows measure it: in this process, on a database of its own
  * named after `prefix`, with its real logger (level info, JSON lines to /dev/null), the demo
- * world, and `VIEWER_CACHE_MEMORY_TIER_BYTES` from the environment (two tiers unless `0`).
- * Returns it with alice's API token.
+ * world, and `VIEWER_CACHE_MEMORY_TIER_BYTES` from the environment (two tiers unless `0`),
+ * overridden by `env`. Returns it with alice's API token.
  */
 export async function startBenchServer(
   postgres: BenchPostgres,
   prefix: string,
   redisUrl: string,
   redisPrefix: string,
+  env: Record<string, string> = {},
 ) {
   const database = `${prefix}http`;
   await postgres.createDatabase(database);
@@ -207,26 +296,11 @@ export async function startBenchServer(
     HOST: '127.0.0.1',
     LOG_LEVEL: process.env['VC_BENCH_LOG_LEVEL'] ?? 'info',
     LOG_FORMAT: 'json',
+    ...env,
   });
   process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] = prefix;
   const server = await startServer(config, createServerLogger(config, '/dev/null'));
   return { server, token: server.demoTokens['alice@example.com']! };
-}
-
-/** CPU µs per op of each scenario: `rounds` interleaved rounds of 200 sequential ops. */
-async function measureCpu(scenarios: readonly Scenario[], rounds: number) {
-  const OPS = 200;
-  const total = new Map(scenarios.map((s) => [s.id, 0]));
-  for (let r = 0; r < rounds; r++) {
-    for (let k = 0; k < scenarios.length; k++) {
-      const s = scenarios[(k + r) % scenarios.length]!;
-      const before = process.cpuUsage();
-      for (let i = 0; i < OPS; i++) await s.op(i);
-      const used = process.cpuUsage(before);
-      total.set(s.id, total.get(s.id)! + used.user + used.system);
-    }
-  }
-  return new Map([...total].map(([id, us]) => [id, us / (rounds * OPS)]));
 }
 
 /** The floor: Fastify with defaults (no logger), one route, one `getBuffer`. */
@@ -252,30 +326,6 @@ export async function floorServer(redisUrl: string, key: string) {
   };
 }
 
-/** The HTTP rows as a table, ratios against the floor (issue 11's figures). */
-export function httpFloorTable(rows: readonly HttpRow[]): string {
-  return markdownTable(
-    [
-      'scenario',
-      'p50 µs',
-      'p99 µs',
-      'p50 × floor',
-      `req/s (${HTTP_CONCURRENCY} conns)`,
-      'req/s × floor',
-      'CPU µs/req',
-    ],
-    rows.map((r) => [
-      `\`${r.id}\``,
-      fmt(r.p50Us),
-      fmt(r.p99Us),
-      fmt(r.floorRatio, 2),
-      fmt(r.reqPerSec, 0),
-      fmt(r.floorThroughput, 2),
-      fmt(r.cpuUs),
-    ]),
-  );
-}
-
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const quick = process.argv.includes('--quick');
   const plan: LatencyPlan = quick
@@ -291,7 +341,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       `vc-bench-http-${process.pid}:`,
       plan,
     );
-    console.log(httpFloorTable(rows));
+    console.log(httpTable(rows));
   } finally {
     await postgres.close(prefix);
   }

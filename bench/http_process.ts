@@ -8,9 +8,9 @@
  * - `cached`: the reference server's app request, a cache hit (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`
  *   for Redis only; two tiers otherwise, the server's default).
  *
- * Why beside `http_bench.ts`: there the client, the floor and the server share one process, so
- * the heavier server also pays for the others' heap and caches (its CPU per request measured
- * ~3× its own cost). Alternate `floor` and `cached` runs on one checkout and compare.
+ * Beside `http_bench.ts` (short interleaved rounds of every row, in `npm run bench`): one route
+ * under a steady load for as long as asked, for profiling or A/B runs of a change. Alternate
+ * `floor` and `cached` runs on one checkout and compare.
  */
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';

@@ -75,9 +75,9 @@ Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are 
 the Postgres version. For a performance change, run it on main and on the branch, on the same
 machine, and compare the ratios. Rows share one heap, so garbage one row leaves is collected on
 another's time: for a change in what the hit allocates or keeps alive, compare
-\`bench/redis_process.ts\` runs too (one row per process). The HTTP rows of \`npm run bench\`
-share one process with their client and the floor server; \`bench/http_process.ts\` gives each
-route a process of its own, and its CPU per request is the server's alone.
+\`bench/redis_process.ts\` runs too (one row per process). The HTTP rows run their servers in
+the bench's process and their client in one of its own; \`bench/http_process.ts\` measures one
+route with nothing else started.
 
 ## Scenarios (one file each, named tier_operation)
 
@@ -108,6 +108,13 @@ route a process of its own, and its CPU per request is the server's alone.
   \`fingerprint: datatables.fingerprint\`, the same seeded read mix (a hot tenth of the viewers
   takes 80 % of the reads) without and with one membership change per second; the figure is
   the ratio of the two hit ratios (SPEC: ≥ 0.95).
+- \`http_bench.ts\` — the reference server's cached app request, with its default two tiers and
+  on a second server with Redis only, beside the floor (a minimal Fastify route doing one
+  \`getBuffer\` of the same response bytes, for the same request), \`GET /healthz\` and an uncached
+  preview. The servers run in the bench's process, their client (\`http_client.ts\`) in its own,
+  so CPU per request is the servers' alone (with the client in the same process, the cached
+  request's CPU over the floor's measured +125 µs instead of +35–60 µs). Issue 11's targets:
+  p50 ≤ 1.2× the floor's over one connection, req/s ≥ 0.85× over eight.
 
 All Redis rows (raw GET, ours, BentoCache's L2) share **one ioredis connection** with default
 options; our store borrows it. On the reference machine a GET whose reply exceeds 64 KiB (a

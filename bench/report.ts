@@ -277,18 +277,45 @@ export function datatableTable(rows: readonly DatatableRow[]): string {
   ].join('\n');
 }
 
+/** Connections of the HTTP throughput rows. */
+export const HTTP_CONCURRENCY = 8;
+/** Issue 11's targets for a cached request against the floor route. */
+const HTTP_MAX_FLOOR_RATIO = 1.2;
+const HTTP_MIN_FLOOR_THROUGHPUT = 0.85;
+
 export function httpTable(rows: readonly HttpRow[]): string {
+  const target = (r: HttpRow) => {
+    if (!r.id.startsWith('http_cached')) return '';
+    const p50 = r.floorRatio <= HTTP_MAX_FLOOR_RATIO;
+    const rate = r.floorThroughput >= HTTP_MIN_FLOOR_THROUGHPUT;
+    return (
+      `${p50 ? '✅' : '❌'} p50 ≤ ${HTTP_MAX_FLOOR_RATIO}× floor; ` +
+      `${rate ? '✅' : '❌'} req/s ≥ ${HTTP_MIN_FLOOR_THROUGHPUT}× floor`
+    );
+  };
   return [
-    '**HTTP, reference server** (one keep-alive connection; ratio = p50 ÷ `http_healthz` p50):',
+    `**HTTP, reference server** (servers in one process, their client in another; p50 and p99 over one keep-alive connection, req/s and the servers' CPU per request over ${HTTP_CONCURRENCY}; ratios against the floor route, \`http_fastify_get\`, same run):`,
     '',
     markdownTable(
-      ['scenario', 'ops', 'p50 µs', 'p99 µs', 'p50 × healthz'],
+      [
+        'scenario',
+        'p50 µs',
+        'p99 µs',
+        'p50 × floor',
+        'req/s',
+        'req/s × floor',
+        'CPU µs/req',
+        'target',
+      ],
       rows.map((r) => [
         `\`${r.id}\` — ${r.label}`,
-        String(r.ops),
         fmt(r.p50Us),
         fmt(r.p99Us),
-        fmt(r.ratio, 2),
+        fmt(r.floorRatio, 2),
+        fmt(r.reqPerSec, 0),
+        fmt(r.floorThroughput, 2),
+        fmt(r.cpuUs),
+        target(r),
       ]),
     ),
   ].join('\n');
