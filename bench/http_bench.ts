@@ -54,8 +54,8 @@ export interface HttpRow {
 }
 
 const CLIENT = join(dirname(fileURLToPath(import.meta.url)), 'http_client.ts');
-const APP_RUN = '/api/w/demo/apps/orders-dashboard/run';
-const LIST = JSON.stringify({ path: 'f/orders/list' });
+export const APP_RUN = '/api/w/demo/apps/orders-dashboard/run';
+export const LIST = JSON.stringify({ path: 'f/orders/list' });
 
 interface HttpScenario {
   readonly id: string;
@@ -143,7 +143,7 @@ export async function httpBench(
 }
 
 /** The cached app request's first run (a miss, which fills the cache); its response bytes. */
-async function firstRun(base: string, token: string): Promise<Buffer> {
+export async function firstRun(base: string, token: string): Promise<Buffer> {
   const res = await fetch(new URL(APP_RUN, base), {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
@@ -226,7 +226,7 @@ async function measure(
 }
 
 /** The forked client: one batch at a time, each answered with its latencies. */
-class HttpClient {
+export class HttpClient {
   readonly #child: ChildProcess;
   #next = 0;
 
