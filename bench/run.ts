@@ -15,15 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ChurnRow, churnBench, churnTable } from './churn_bench.js';
 import { type DatatableRow, datatableBench } from './datatable_bench.js';
-import {
-  deleteRunKeys,
-  REDIS_URL,
-  RUN_PREFIX,
-  rawRedis,
-  type ScenarioSet,
-  sharedRedis,
-  sizeFixture,
-} from './fixtures.js';
+import { deleteRunKeys, rawRedis, type ScenarioSet, sharedRedis, sizeFixture } from './fixtures.js';
 import {
   type LatencyPlan,
   measureLatency,
@@ -31,7 +23,7 @@ import {
   type Scenario,
   type ThroughputPlan,
 } from './helpers.js';
-import { type HttpRow, httpBench } from './http_bench.js';
+import { type HttpRow, httpBenchAlone } from './http_bench.js';
 import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
 import { memoryScaling } from './memory_scaling.js';
@@ -165,7 +157,7 @@ async function main(): Promise<void> {
       process.stdout.write('churn… ');
       churnRows = await churnBench(postgres, pgPrefix, quick ? 5 : 20, quick ? 500 : 2000);
       process.stdout.write('http… ');
-      httpRows = await httpBench(postgres, pgPrefix, REDIS_URL, `${RUN_PREFIX}http:`, dbPlan);
+      httpRows = await httpBenchAlone(postgres.url('postgres'), quick);
     } finally {
       await postgres.close(pgPrefix);
     }
