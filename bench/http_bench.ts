@@ -71,8 +71,12 @@ export async function httpBench(
   redisPrefix: string,
   plan: LatencyPlan,
 ): Promise<HttpRow[]> {
-  const twoTiers = await startBenchServer(postgres, prefix, redisUrl, redisPrefix);
-  // The demo's roles are cluster-wide: the second server's start with the run's prefix too.
+  // The server's default tiers, whatever this process's environment says.
+  const twoTiers = await startBenchServer(postgres, prefix, redisUrl, redisPrefix, {
+    VIEWER_CACHE_MEMORY_TIER_BYTES: undefined,
+  });
+  // The demo's roles are cluster-wide: the second server's get a prefix of their own, under the
+  // run's (so they are dropped with it).
   const redisOnly = await startBenchServer(postgres, `${prefix}r`, redisUrl, `${redisPrefix}r:`, {
     VIEWER_CACHE_MEMORY_TIER_BYTES: '0',
   });
@@ -279,7 +283,7 @@ export async function startBenchServer(
   prefix: string,
   redisUrl: string,
   redisPrefix: string,
-  env: Record<string, string> = {},
+  env: Record<string, string | undefined> = {},
 ) {
   const database = `${prefix}http`;
   await postgres.createDatabase(database);
