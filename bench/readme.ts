@@ -83,8 +83,9 @@ route with nothing else started.
 
 - \`redis_raw_get.ts\` — the baseline: a plain ioredis \`getBuffer\` of the exact entry
   \`redis_hit\` reads (envelope included), with a precomputed key. It sends each GET in its own
-  socket write, as ioredis does; \`RedisCacheStore\` sends the GETs of one tick in one write,
-  which is how its 64-caller rows can pass 1.0×.
+  socket write, as ioredis does; \`RedisCacheStore\` writes the first GET of each turn of the
+  event loop at once and the turn's others together, which is how its 64-caller rows can pass
+  1.0×.
 - \`redis_hit.ts\` — a \`withResultCache\` hit through \`RedisCacheStore\`: key derivation, GET,
   envelope verification (key and expiry), then \`result.json()\` — the stored bytes, no parse.
   Its ratio to the raw GET is the whole cost of the cache on a hit, key derivation included.
