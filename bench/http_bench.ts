@@ -246,6 +246,9 @@ export class HttpClient {
       child.once('spawn', resolve);
       child.once('error', reject);
     });
+    // A failed send (the channel closed) is reported as an 'error' event; the client's exit,
+    // which follows, fails the batch waiting on it.
+    child.on('error', () => {});
     return new HttpClient(child);
   }
 
