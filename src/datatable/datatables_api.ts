@@ -4,12 +4,12 @@ import type { Duration } from '../duration.js';
 import type { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
-import type { CatalogAdmin } from './catalog_admin.js';
+import type { RunTracking } from './access/run_dependencies.js';
+import type { CatalogAdmin } from './admin/catalog_admin.js';
+import type { Directory } from './catalog/directory.js';
 import type { DatatablesEvents } from './datatables_events.js';
-import type { Directory } from './directory.js';
-import type { SetLoginInfo } from './login_gc.js';
-import type { RoleSetStepHook } from './role_set_protocol.js';
-import type { RunTracking } from './run_dependencies.js';
+import type { SetLoginInfo } from './logins/login_gc.js';
+import type { RoleSetStepHook } from './logins/role_set_protocol.js';
 
 /* The data-table layer's public shape: its options and the Datatables interface. */
 

@@ -2,7 +2,7 @@ export { waitUntil } from './wait.js';
 
 import { expect, onTestFinished } from 'vitest';
 import type { Datatables } from '../../src/datatable/datatables.js';
-import { RoleSetProtocol } from '../../src/datatable/role_set_protocol.js';
+import { RoleSetProtocol } from '../../src/datatable/logins/role_set_protocol.js';
 import { createExecutor, type Executor, ViewerCacheError } from '../../src/index.js';
 import { countdown, deferred } from './deferred.js';
 import { app, type OrdersDb, runFor, type Sql, WS } from './orders_db.js';

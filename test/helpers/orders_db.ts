@@ -6,7 +6,7 @@ import {
   type DatatablesTestHooks,
   type RawDatatablesOptions,
 } from '../../src/datatable/datatables.js';
-import { PasswordDeriver } from '../../src/datatable/passwords.js';
+import { PasswordDeriver } from '../../src/datatable/logins/passwords.js';
 import type { Executor, JobExecutor, RunOrigin } from '../../src/index.js';
 import { asAdmin, createTestDatabase, type TestDatabase, uniquePrefix } from './pg.js';
 

@@ -1,13 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { DatatableRef } from '../../src/connector/datatable_ref.js';
-import { JobAuthorization, type JobParties } from '../../src/datatable/authorization.js';
+import { JobAuthorization, type JobParties } from '../../src/datatable/access/authorization.js';
 import {
   type CatalogDatatable,
   type CatalogRole,
   CatalogState,
-} from '../../src/datatable/catalog_state.js';
-import type { MembershipKind } from '../../src/datatable/directory.js';
+} from '../../src/datatable/catalog/catalog_state.js';
+import type { MembershipKind } from '../../src/datatable/catalog/directory.js';
 import { ViewerCacheError } from '../../src/errors.js';
 
 // The connection (grant) and the cache fingerprint come from one object. The property: over

@@ -2,10 +2,10 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalKeyInput } from '../../src/cache/cache_key.js';
 import type { DatatableRef } from '../../src/connector/datatable_ref.js';
-import { JobAuthorization } from '../../src/datatable/authorization.js';
-import type { CatalogSnapshot } from '../../src/datatable/catalog_snapshot.js';
-import { type CatalogRole, CatalogState } from '../../src/datatable/catalog_state.js';
-import { JobAuthorizations } from '../../src/datatable/job_authorizations.js';
+import { JobAuthorization } from '../../src/datatable/access/authorization.js';
+import { JobAuthorizations } from '../../src/datatable/access/job_authorizations.js';
+import type { CatalogSnapshot } from '../../src/datatable/catalog/catalog_snapshot.js';
+import { type CatalogRole, CatalogState } from '../../src/datatable/catalog/catalog_state.js';
 import { ViewerCacheError } from '../../src/errors.js';
 import {
   cachedResultPath,

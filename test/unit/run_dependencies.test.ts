@@ -4,15 +4,15 @@ import type {
   DatatableConnector,
   DatatableLease,
 } from '../../src/connector/datatable_connector.js';
-import { JobAuthorization } from '../../src/datatable/authorization.js';
+import { JobAuthorization } from '../../src/datatable/access/authorization.js';
+import { RunDependencies } from '../../src/datatable/access/run_dependencies.js';
 import {
   type CatalogDatatable,
   type CatalogRole,
   CatalogState,
   type GoverningRow,
-} from '../../src/datatable/catalog_state.js';
-import type { MembershipKind } from '../../src/datatable/directory.js';
-import { RunDependencies } from '../../src/datatable/run_dependencies.js';
+} from '../../src/datatable/catalog/catalog_state.js';
+import type { MembershipKind } from '../../src/datatable/catalog/directory.js';
 import {
   createExecutor,
   type DatatableRequest,

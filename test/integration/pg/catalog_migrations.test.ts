@@ -1,6 +1,9 @@
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { LATEST_CATALOG_VERSION, migrateCatalog } from '../../../src/datatable/migrations.js';
+import {
+  LATEST_CATALOG_VERSION,
+  migrateCatalog,
+} from '../../../src/datatable/catalog/migrations.js';
 import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
 
 // The catalog migrates itself, safely from many processes at once: on a fresh, empty database

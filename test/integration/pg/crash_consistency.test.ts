@@ -1,7 +1,10 @@
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { RoleSetProtocol, type RoleSetStep } from '../../../src/datatable/role_set_protocol.js';
+import {
+  RoleSetProtocol,
+  type RoleSetStep,
+} from '../../../src/datatable/logins/role_set_protocol.js';
 import { createExecutor, type Executor } from '../../../src/index.js';
 import {
   app,

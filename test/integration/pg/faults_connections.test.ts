@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { LoginPools } from '../../../src/datatable/login_pools.js';
-import { RoleSetProtocol, type RoleSetStep } from '../../../src/datatable/role_set_protocol.js';
+import { LoginPools } from '../../../src/datatable/logins/login_pools.js';
+import {
+  RoleSetProtocol,
+  type RoleSetStep,
+} from '../../../src/datatable/logins/role_set_protocol.js';
 import type { Executor } from '../../../src/index.js';
 import { type Deferred, deferred } from '../../helpers/deferred.js';
 import {

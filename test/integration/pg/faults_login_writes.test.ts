@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { RoleSetProtocol } from '../../../src/datatable/role_set_protocol.js';
+import { RoleSetProtocol } from '../../../src/datatable/logins/role_set_protocol.js';
 import type { Executor } from '../../../src/index.js';
 import {
   ALICE,

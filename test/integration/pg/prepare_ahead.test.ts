@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { RoleSetProtocol } from '../../../src/datatable/role_set_protocol.js';
+import { RoleSetProtocol } from '../../../src/datatable/logins/role_set_protocol.js';
 import { createExecutor } from '../../../src/index.js';
 import { app, type OrdersDb, ordersDb, ROWS, runFor, WS } from '../../helpers/orders_db.js';
 import { waitUntil } from '../../helpers/wait.js';

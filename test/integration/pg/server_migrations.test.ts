@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { migrateCatalog } from '../../../src/datatable/migrations.js';
+import { migrateCatalog } from '../../../src/datatable/catalog/migrations.js';
 import { LATEST_SERVER_VERSION, migrateServer } from '../../../src/server/server_migrations.js';
 import { ApiTokens } from '../../../src/server/tokens.js';
 import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';

@@ -1,11 +1,11 @@
 // Over ~300 lines on purpose: one state machine (listener, heartbeat, confirm, reload) whose
 // transitions share the same few fields; split, each part would need all of them.
 import pg from 'pg';
-import { RoleResolutionFailedError } from '../errors.js';
-import type { TypedEmitter } from '../events.js';
-import { type Logger, silentLogger } from '../logger.js';
+import { RoleResolutionFailedError } from '../../errors.js';
+import type { TypedEmitter } from '../../events.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import type { DatatablesEvents } from '../datatables_events.js';
 import { type CatalogState, loadCatalogState } from './catalog_state.js';
-import type { DatatablesEvents } from './datatables_events.js';
 import { CATALOG_CHANNEL } from './migrations.js';
 import { ACK_CHANNEL, PropagationAcks, type PropagationWatch } from './propagation_acks.js';
 import * as sql from './sql/catalog_reads.js';

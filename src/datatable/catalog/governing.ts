@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { CatalogError, UnknownDatatableError } from '../errors.js';
+import { CatalogError, UnknownDatatableError } from '../../errors.js';
 
 /**
  * Governing tables: tables whose rows govern who sees what — the entitlements table of the RLS

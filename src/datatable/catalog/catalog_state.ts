@@ -1,7 +1,7 @@
 import type pg from 'pg';
+import { withPooledClient } from '../pg/pg_clients.js';
 import type { MembershipKind, Principals } from './directory.js';
 import { NO_PRINCIPALS } from './directory.js';
-import { withPooledClient } from './pg_clients.js';
 import * as sql from './sql/catalog_reads.js';
 
 /** One data-table role as the catalog knows it. */

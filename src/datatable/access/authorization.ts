@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import type { DatatableRef } from '../connector/datatable_ref.js';
+import type { DatatableRef } from '../../connector/datatable_ref.js';
 import {
   type ErrorOptions,
   NoDefaultRoleError,
@@ -9,10 +9,10 @@ import {
   UnknownDatatableError,
   UnknownRoleError,
   type ViewerCacheError,
-} from '../errors.js';
-import type { EmbedViewer } from '../job.js';
-import type { CatalogDatatable, CatalogRole, CatalogState } from './catalog_state.js';
-import type { Principals } from './directory.js';
+} from '../../errors.js';
+import type { EmbedViewer } from '../../job.js';
+import type { CatalogDatatable, CatalogRole, CatalogState } from '../catalog/catalog_state.js';
+import type { Principals } from '../catalog/directory.js';
 import { mayUseRole, resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
 import { type Dependency, type DependencySet, parseDependency } from './run_dependencies.js';
 

@@ -1,6 +1,6 @@
-import { type Logger, silentLogger } from '../logger.js';
-import { SingleFlight } from '../util/single_flight.js';
-import type { CatalogRole } from './catalog_state.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import { SingleFlight } from '../../util/single_flight.js';
+import type { CatalogRole } from '../catalog/catalog_state.js';
 import { LoginAuthFailed, type LoginPools } from './login_pools.js';
 import type { ExpectedLogin, LoginRepair } from './login_repair.js';
 import type { PasswordDeriver } from './passwords.js';

@@ -3,17 +3,17 @@ import type {
   DatatableClient,
   DatatableLease,
   DatatableQueryResult,
-} from '../connector/datatable_connector.js';
+} from '../../connector/datatable_connector.js';
 import {
   ConnectionLostError,
   InvalidDataError,
   NoViewerAttributeError,
   NoViewerError,
-} from '../errors.js';
-import type { Logger } from '../logger.js';
-import { type LeadStatement, queryWithLead } from './lead_query.js';
-import { isConnectionLost } from './pg_clients.js';
-import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from './sql/identity.js';
+} from '../../errors.js';
+import type { Logger } from '../../logger.js';
+import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from '../identity/sql/identity.js';
+import { type LeadStatement, queryWithLead } from '../pg/lead_query.js';
+import { isConnectionLost } from '../pg/pg_clients.js';
 
 /**
  * What a release runs on the connection (one Query message) before pooling it, then `onDone`

@@ -1,9 +1,9 @@
 // Just over ~300 lines: the pools, the connection cap and the lease queue share one map of
 // pools and its bookkeeping; the lent connection itself lives in pooled_lease.ts.
 import pg from 'pg';
-import { ConnectionLostError } from '../errors.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { GuardedClient } from './pg_clients.js';
+import { ConnectionLostError } from '../../errors.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import { GuardedClient } from '../pg/pg_clients.js';
 import { PooledLease } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {

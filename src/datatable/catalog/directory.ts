@@ -1,4 +1,4 @@
-import { CatalogError } from '../errors.js';
+import { CatalogError } from '../../errors.js';
 
 /** What a person is in a workspace, as far as role tenancy is concerned. */
 export interface Principals {

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { withPooledClient } from './pg_clients.js';
+import { withPooledClient } from '../pg/pg_clients.js';
 
 /** Schema of the catalog tables, in the catalog database. */
 export const CATALOG_SCHEMA = 'viewer_cache';

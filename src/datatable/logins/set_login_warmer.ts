@@ -1,5 +1,5 @@
-import { type Logger, silentLogger } from '../logger.js';
-import type { CatalogState } from './catalog_state.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import type { CatalogState } from '../catalog/catalog_state.js';
 import { wantedSetLogins } from './login_gc.js';
 import type { LoginLeaser } from './login_leaser.js';
 

@@ -1,5 +1,5 @@
-import type { DatatableRef } from '../connector/datatable_ref.js';
-import type { Job } from '../job.js';
+import type { DatatableRef } from '../../connector/datatable_ref.js';
+import type { Job } from '../../job.js';
 import type { JobAuthorization } from './authorization.js';
 
 /**

@@ -2,13 +2,13 @@
 // steps (lock, row, login, proof, row again), and it reads best top to bottom in one place.
 import { hash } from 'node:crypto';
 import pg from 'pg';
-import { ROLE_SET_LOGIN_PREFIX } from '../connector/datatable_ref.js';
-import { RoleResolutionFailedError } from '../errors.js';
-import type { TypedEmitter } from '../events.js';
-import { type Logger, silentLogger } from '../logger.js';
-import type { DatatablesEvents } from './datatables_events.js';
+import { ROLE_SET_LOGIN_PREFIX } from '../../connector/datatable_ref.js';
+import { RoleResolutionFailedError } from '../../errors.js';
+import type { TypedEmitter } from '../../events.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import type { DatatablesEvents } from '../datatables_events.js';
+import { withClient, withPooledClient } from '../pg/pg_clients.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
-import { withClient, withPooledClient } from './pg_clients.js';
 import { LOGIN_ATTRIBUTES, ROLE_SETTINGS, TERMINATE_BACKENDS } from './sql/logins.js';
 import * as sql from './sql/role_set.js';
 

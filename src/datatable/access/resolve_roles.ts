@@ -1,5 +1,5 @@
-import type { CatalogRole, CatalogState } from './catalog_state.js';
-import { type Principals, tenantsNaming, tenantsNamingEmbed } from './directory.js';
+import type { CatalogRole, CatalogState } from '../catalog/catalog_state.js';
+import { type Principals, tenantsNaming, tenantsNamingEmbed } from '../catalog/directory.js';
 
 /** The owner role of a data table: never resolved for anyone, whatever the tenants say. */
 const OWNER_ROLE = 'admin';

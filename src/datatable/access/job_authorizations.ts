@@ -1,9 +1,9 @@
-import { InvalidJobError } from '../errors.js';
-import { canonicalEmbedViewer, canonicalRoleScope, type EmbedViewer, type Job } from '../job.js';
+import { InvalidJobError } from '../../errors.js';
+import { canonicalEmbedViewer, canonicalRoleScope, type EmbedViewer, type Job } from '../../job.js';
+import type { CatalogSnapshot } from '../catalog/catalog_snapshot.js';
+import type { CatalogState } from '../catalog/catalog_state.js';
+import type { Directory, Principals } from '../catalog/directory.js';
 import { JobAuthorization } from './authorization.js';
-import type { CatalogSnapshot } from './catalog_snapshot.js';
-import type { CatalogState } from './catalog_state.js';
-import type { Directory, Principals } from './directory.js';
 
 /** Memo entries kept per catalog generation before the memo is cleared wholesale. */
 const MAX_MEMO = 100_000;

@@ -1,6 +1,6 @@
-import type { CatalogState } from './catalog_state.js';
-import type { Principals } from './directory.js';
-import { resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
+import { resolveEmbedRoles, resolveRoles } from '../access/resolve_roles.js';
+import type { CatalogState } from '../catalog/catalog_state.js';
+import type { Principals } from '../catalog/directory.js';
 import { RoleSetProtocol } from './role_set_protocol.js';
 
 /** A set login as `logins list` shows it. */

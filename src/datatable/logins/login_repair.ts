@@ -1,11 +1,11 @@
 import pg from 'pg';
-import { RoleResolutionFailedError } from '../errors.js';
-import type { TypedEmitter } from '../events.js';
-import { type Logger, silentLogger } from '../logger.js';
-import type { CatalogRole } from './catalog_state.js';
-import type { DatatablesEvents } from './datatables_events.js';
+import { RoleResolutionFailedError } from '../../errors.js';
+import type { TypedEmitter } from '../../events.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import type { CatalogRole } from '../catalog/catalog_state.js';
+import type { DatatablesEvents } from '../datatables_events.js';
+import { withPooledClient } from '../pg/pg_clients.js';
 import { type PasswordDeriver, scramVerifier, verifierMatches } from './passwords.js';
-import { withPooledClient } from './pg_clients.js';
 import { resetSettings } from './role_set_protocol.js';
 import * as sql from './sql/logins.js';
 

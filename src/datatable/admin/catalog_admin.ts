@@ -1,24 +1,24 @@
 // Over ~300 lines on purpose: one method per admin command, all sharing one transaction
 // helper (#change: generation bump + NOTIFY) and one role lookup; split, each half would repeat them.
 import pg from 'pg';
-import { datatableRefOf, validateRoleName } from '../connector/datatable_ref.js';
-import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../errors.js';
-import { WORKSPACE_RE } from '../job.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { type MembershipKind, validateTenant } from './directory.js';
+import { datatableRefOf, validateRoleName } from '../../connector/datatable_ref.js';
+import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../../errors.js';
+import { WORKSPACE_RE } from '../../job.js';
+import { type Logger, silentLogger } from '../../logger.js';
+import { type MembershipKind, validateTenant } from '../catalog/directory.js';
 import {
   addGoverningTable,
   type GoverningTableInfo,
   listGoverningTables,
   removeGoverningTable,
-} from './governing.js';
-import { PasswordDeriver, scramVerifier } from './passwords.js';
-import { withClient, withPooledClient } from './pg_clients.js';
-import type { PropagationWatch } from './propagation_acks.js';
-import type { RoleSetProtocol } from './role_set_protocol.js';
-import { LIST_MEMBERS } from './sql/catalog_reads.js';
-import * as sql from './sql/catalog_writes.js';
-import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from './sql/logins.js';
+} from '../catalog/governing.js';
+import type { PropagationWatch } from '../catalog/propagation_acks.js';
+import { LIST_MEMBERS } from '../catalog/sql/catalog_reads.js';
+import * as sql from '../catalog/sql/catalog_writes.js';
+import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
+import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
+import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
+import { withClient, withPooledClient } from '../pg/pg_clients.js';
 
 /** What every change returns: the catalog generation it produced. */
 export interface CatalogChange {
