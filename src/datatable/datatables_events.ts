@@ -1,16 +1,15 @@
-/** Events of the data-table layer. Payloads never carry emails, passwords or args. */
-export interface DatatablesEvents {
+import type { CatalogEvents } from './catalog/catalog_snapshot.js';
+import type { LoginEvents } from './logins/role_set_protocol.js';
+
+/**
+ * Events of the data-table layer: the front door's own, and those its rooms emit (the catalog's,
+ * the logins'). Payloads never carry emails, passwords or args.
+ */
+export interface DatatablesEvents extends CatalogEvents, LoginEvents {
   /** Roles and login resolved for a connection request. */
   'datatable:resolved': { ms: number; access: 'viewer' | 'role' | 'default' };
   /** A pooled connection was lent (`ms` includes opening one if the pool had none idle). */
   'datatable:connected': { ms: number; access: 'viewer' | 'role' | 'default' };
   /** A connection request was refused or failed. `code` is the error code. */
   'datatable:refused': { code: string; access: 'viewer' | 'role' | 'default' };
-  'login:created': { ms: number };
-  'login:taken-back': { ms: number };
-  'login:retired': { login: string };
-  /** The catalog was reloaded into memory. */
-  'catalog:refreshed': { generation: number };
-  /** The LISTEN connection went down or came back. */
-  'catalog:listener': { up: boolean };
 }

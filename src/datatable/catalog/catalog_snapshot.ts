@@ -4,11 +4,18 @@ import pg from 'pg';
 import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
-import type { DatatablesEvents } from '../datatables_events.js';
 import { type CatalogState, loadCatalogState } from './catalog_state.js';
 import { CATALOG_CHANNEL } from './migrations.js';
 import { ACK_CHANNEL, PropagationAcks, type PropagationWatch } from './propagation_acks.js';
 import * as sql from './sql/catalog_reads.js';
+
+/** What the catalog's snapshot emits (part of `DatatablesEvents`). */
+export interface CatalogEvents {
+  /** The catalog was reloaded into memory. */
+  'catalog:refreshed': { generation: number };
+  /** The LISTEN connection went down or came back. */
+  'catalog:listener': { up: boolean };
+}
 
 export interface CatalogSnapshotOptions {
   /** Pool on the catalog database (reads). */
@@ -19,7 +26,7 @@ export interface CatalogSnapshotOptions {
    */
   listenConnection: pg.ClientConfig;
   /** Where `catalog:refreshed` and `catalog:listener` are emitted. */
-  events: TypedEmitter<DatatablesEvents>;
+  events: TypedEmitter<CatalogEvents>;
   logger?: Logger;
   /** Delay before reconnecting a lost listener; doubles up to 5 s. @default 100 */
   reconnectDelayMs?: number;
@@ -46,7 +53,7 @@ export interface CatalogSnapshotOptions {
  * happens only when the generation in Postgres actually moved.
  */
 export class CatalogSnapshot {
-  readonly #events: TypedEmitter<DatatablesEvents>;
+  readonly #events: TypedEmitter<CatalogEvents>;
   readonly #pool: pg.Pool;
   readonly #listenConfig: pg.ClientConfig;
   readonly #logger: Logger;

@@ -3,10 +3,9 @@ import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import type { CatalogRole } from '../catalog/catalog_state.js';
-import type { DatatablesEvents } from '../datatables_events.js';
 import { withPooledClient } from '../pg/pg_clients.js';
 import { type PasswordDeriver, scramVerifier, verifierMatches } from './passwords.js';
-import { resetSettings } from './role_set_protocol.js';
+import { type LoginEvents, resetSettings } from './role_set_protocol.js';
 import * as sql from './sql/logins.js';
 
 /** What a managed login must be for the library to keep lending it. */
@@ -21,7 +20,7 @@ export interface ExpectedLogin {
 export interface LoginRepairOptions {
   admin: pg.Pool;
   passwords: PasswordDeriver;
-  events: TypedEmitter<DatatablesEvents>;
+  events: TypedEmitter<LoginEvents>;
   logger?: Logger;
 }
 

@@ -6,11 +6,17 @@ import { ROLE_SET_LOGIN_PREFIX } from '../../connector/datatable_ref.js';
 import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
-import type { DatatablesEvents } from '../datatables_events.js';
 import { withClient, withPooledClient } from '../pg/pg_clients.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { LOGIN_ATTRIBUTES, ROLE_SETTINGS, TERMINATE_BACKENDS } from './sql/logins.js';
 import * as sql from './sql/role_set.js';
+
+/** What the logins room emits (part of `DatatablesEvents`). */
+export interface LoginEvents {
+  'login:created': { ms: number };
+  'login:taken-back': { ms: number };
+  'login:retired': { login: string };
+}
 
 /** Where a set login is in its protocol; a test hook can fail or pause at any of them. */
 export type RoleSetStep =
@@ -37,7 +43,7 @@ export interface RoleSetProtocolOptions {
   /** The same privileged connection, for statements that must run in a data-table database. */
   adminConfig: pg.ClientConfig;
   passwords: PasswordDeriver;
-  events: TypedEmitter<DatatablesEvents>;
+  events: TypedEmitter<LoginEvents>;
   logger?: Logger;
   beforeStep?: RoleSetStepHook;
 }
