@@ -27,7 +27,8 @@ import { RESET_SESSION } from './logins/pooled_lease.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { CoalescingSocket } from './pg/coalescing_socket.js';
-import { GuardedClient, isConnectionLost } from './pg/pg_clients.js';
+import { GuardedClient } from './pg/pg_clients.js';
+import { isConnectionLost } from './pg/sqlstate.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 

@@ -19,6 +19,7 @@ import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
 import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
 import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
 import { withClient, withPooledClient } from '../pg/pg_clients.js';
+import { isRoleNameTaken } from '../pg/sqlstate.js';
 
 /** What every change returns: the catalog generation it produced. */
 export interface CatalogChange {
@@ -148,7 +149,7 @@ export class CatalogAdmin {
       try {
         await client.query(`create role ${ident} with nologin`);
       } catch (err) {
-        if (roleNameTaken(err)) {
+        if (isRoleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${name} already exists`);
         }
         throw err;
@@ -175,7 +176,7 @@ export class CatalogAdmin {
           `alter role ${pg.escapeIdentifier(role.name)} rename to ${pg.escapeIdentifier(newName)}`,
         );
       } catch (err) {
-        if (roleNameTaken(err)) {
+        if (isRoleNameTaken(err)) {
           throw new CatalogError(`a Postgres role named ${newName} already exists`);
         }
         throw err;
@@ -420,15 +421,6 @@ export class CatalogAdmin {
       throw new UnknownRoleError(`no data-table role ${name} in this workspace`);
     return { ...row, oid: Number(row.oid) };
   }
-}
-
-/**
- * A role name already in use: 42710 when the role was there before, 23505 (a unique violation on
- * pg_authid's name index) when another transaction created it concurrently and committed first.
- */
-function roleNameTaken(err: unknown): boolean {
-  const code = (err as { code?: string }).code;
-  return code === '42710' || code === '23505';
 }
 
 function checkWorkspace(workspace: string): void {

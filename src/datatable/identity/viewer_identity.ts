@@ -4,6 +4,7 @@ import { type Logger, silentLogger } from '../../logger.js';
 import { SingleFlight } from '../../util/single_flight.js';
 import type { LeadStatement } from '../pg/lead_query.js';
 import { withPooledClient } from '../pg/pg_clients.js';
+import { isMissingObject } from '../pg/sqlstate.js';
 import * as sql from './sql/identity.js';
 
 /** What a policy can read about the viewer of a run. */
@@ -110,8 +111,7 @@ export class ViewerIdentities {
    * installs it again and reads the key anew.
    */
   forgetIfMissing(database: string, err: unknown): void {
-    const code = (err as { code?: unknown } | null)?.code;
-    if (code !== '42883' && code !== '42P01' && code !== '3F000') return;
+    if (!isMissingObject(err)) return;
     this.#installed.delete(database);
     this.#keys.delete(database);
   }

@@ -4,6 +4,7 @@ import pg from 'pg';
 import { ConnectionLostError } from '../../errors.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { GuardedClient } from '../pg/pg_clients.js';
+import { isAuthFailure } from '../pg/sqlstate.js';
 import { PooledLease } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {
@@ -97,9 +98,6 @@ function checkout(entry: Entry): Promise<pg.PoolClient | null> {
   });
 }
 
-/** SQLSTATEs meaning "these credentials no longer work". */
-const AUTH_FAILURES = new Set(['28P01', '28000']);
-
 /**
  * One `pg.Pool` per (database, login) — never shared between logins (SPEC invariant 12). A
  * connection goes back to its pool only after the session reset (DISCARD ALL's statements, see
@@ -171,7 +169,7 @@ export class LoginPools {
     try {
       client = await checkout(entry);
     } catch (err) {
-      if (AUTH_FAILURES.has((err as { code?: string }).code ?? '')) {
+      if (isAuthFailure(err)) {
         this.#drop(key, entry);
         throw new LoginAuthFailed(err);
       }

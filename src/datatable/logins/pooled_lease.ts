@@ -11,9 +11,17 @@ import {
   NoViewerError,
 } from '../../errors.js';
 import type { Logger } from '../../logger.js';
-import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from '../identity/sql/identity.js';
 import { type LeadStatement, queryWithLead } from '../pg/lead_query.js';
-import { isConnectionLost } from '../pg/pg_clients.js';
+import {
+  CANNOT_RUN_IN_BLOCK,
+  isConnectionLost,
+  isDataException,
+  NO_ATTRIBUTE,
+  NO_EMAIL,
+  NO_IDENTITY,
+  SYNTAX_ERROR,
+  sqlstateOf,
+} from '../pg/sqlstate.js';
 
 /**
  * What a release runs on the connection (one Query message) before pooling it, then `onDone`
@@ -172,7 +180,7 @@ export class PooledLease implements DatatableLease {
       this.#afterStatement(client, null);
       // Class 22 (data exception: a NUL byte, bad encoding, out-of-range value…) is the
       // request's fault, not the server's: a coded 4xx instead of a runnable failure.
-      const code = (err as { code?: unknown }).code;
+      const code = sqlstateOf(err);
       if (code === NO_IDENTITY) {
         if (this.#bindSent) this.#onIdentityRefused?.();
         throw new NoViewerError(
@@ -189,7 +197,7 @@ export class PooledLease implements DatatableLease {
       if (code === NO_ATTRIBUTE) {
         throw new NoViewerAttributeError(undefined, { cause: err });
       }
-      if (typeof code === 'string' && code.startsWith('22')) {
+      if (isDataException(code)) {
         // Postgres's message can quote the value (an email, an arg): only the SQLSTATE goes in
         // ours; the original stays in `cause` for whoever chooses to look.
         throw new InvalidDataError(
@@ -241,7 +249,7 @@ export class PooledLease implements DatatableLease {
         this.#bindFailure = this.#onBindFailed!(err);
         throw this.#bindFailure;
       }
-      const code = (err as { code?: unknown }).code;
+      const code = sqlstateOf(err);
       if (code !== CANNOT_RUN_IN_BLOCK && !(code === SYNTAX_ERROR && typeof config === 'string'))
         throw err;
       // The statement never ran, and the binding was rolled back with it: it refuses to run
@@ -358,11 +366,6 @@ function socketOf(
     client as unknown as { connection?: { stream?: { localAddress?: string; localPort?: number } } }
   ).connection?.stream;
 }
-
-/** SQLSTATE active_sql_transaction: a statement that cannot run inside a transaction block. */
-const CANNOT_RUN_IN_BLOCK = '25001';
-/** SQLSTATE syntax_error, which is also what several statements in one prepared text raise. */
-const SYNTAX_ERROR = '42601';
 
 /** The command tag of the last statement of a result. */
 function commandOf(result: pg.QueryResult | pg.QueryResult[]): string | undefined {

@@ -7,6 +7,7 @@ import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { withClient, withPooledClient } from '../pg/pg_clients.js';
+import { sqlstateOf } from '../pg/sqlstate.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import { LOGIN_ATTRIBUTES, ROLE_SETTINGS, TERMINATE_BACKENDS } from './sql/logins.js';
 import * as sql from './sql/role_set.js';
@@ -201,7 +202,7 @@ export class RoleSetProtocol {
       try {
         await client.query(sql.CREATE_LOGIN(oids, pg.escapeLiteral(login), verifier));
       } catch (err) {
-        if ((err as { code?: string }).code === sql.ROLES_GONE) {
+        if (sqlstateOf(err) === sql.ROLES_GONE) {
           throw new RoleResolutionFailedError(
             'a role of this set was disabled or dropped meanwhile',
           );

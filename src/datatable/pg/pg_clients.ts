@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { isConnectionLost } from './sqlstate.js';
 
 /**
  * Every pg client the library owns goes through here, so none is ever without an `'error'`
@@ -24,24 +25,6 @@ export class GuardedClient extends pg.Client {
 }
 
 function ignore(): void {}
-
-/** SQLSTATEs and socket errors that mean the connection itself is gone, not the statement. */
-const LOST_STATES = new Set(['57P01', '57P02', '57P03', '08000', '08003', '08006', '08001']);
-const LOST_ERRNOS = new Set(['ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH']);
-
-/** Whether `err` says the connection died (as opposed to the statement failing on it). */
-export function isConnectionLost(err: unknown): boolean {
-  if (err === null || typeof err !== 'object') return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && (LOST_STATES.has(code) || LOST_ERRNOS.has(code))) return true;
-  const message = (err as { message?: unknown }).message;
-  return (
-    typeof message === 'string' &&
-    /Connection terminated|connection is not open|Client has encountered a connection error|not queryable/i.test(
-      message,
-    )
-  );
-}
 
 /**
  * Runs `fn` with a client of `pool`. A client whose connection failed while checked out is

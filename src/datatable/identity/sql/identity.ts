@@ -26,13 +26,7 @@
  * In a policy, call them as a scalar subquery — `provider_email = (select
  * viewer_cache.viewer_email())` — so Postgres evaluates them once per query, not once per row.
  */
-
-/** SQLSTATE of reading the identity on a connection that carries none. */
-export const NO_IDENTITY = 'VC401';
-/** SQLSTATE of reading an attribute the viewer was not given. */
-export const NO_ATTRIBUTE = 'VC402';
-/** SQLSTATE of reading the email of an embed viewer whose assertion carries none. */
-export const NO_EMAIL = 'VC403';
+import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from '../../pg/sqlstate.js';
 
 /** The session settings that carry a binding (see ViewerIdentities.binding). */
 export const SETTING = {
