@@ -13,8 +13,8 @@ import {
 import type { EmbedViewer } from '../../job.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from '../catalog/catalog_state.js';
 import type { Principals } from '../catalog/directory.js';
+import { type Dependency, type DependencySet, parseDependency } from './dependency.js';
 import { mayUseRole, resolveEmbedRoles, resolveRoles } from './resolve_roles.js';
-import { type Dependency, type DependencySet, parseDependency } from './run_dependencies.js';
 
 /** The people a job's data-table access is decided for, with their group/folder memberships. */
 export interface JobParties {

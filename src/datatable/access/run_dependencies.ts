@@ -1,6 +1,13 @@
 import type { DatatableRef } from '../../connector/datatable_ref.js';
 import type { Job } from '../../job.js';
 import type { JobAuthorization } from './authorization.js';
+import {
+  type Dependency,
+  type DependencySet,
+  EVERY_REFERENCE,
+  holdsDependency,
+  refDependency,
+} from './dependency.js';
 
 /**
  * What a run's result depends on, and the fingerprint computed over exactly that (SPEC
@@ -173,18 +180,6 @@ export interface RunTracking {
   abandon(): void;
 }
 
-/** One question a run asks the connector, as text: a reference, or a role check. */
-export type Dependency = string;
-
-/**
- * An immutable, sorted set of dependencies; `everything` means every reference of the workspace
- * (the full fingerprint). Compared by identity in memos: a set that grows is a new object.
- */
-export interface DependencySet {
-  readonly everything: boolean;
-  readonly members: readonly Dependency[];
-}
-
 const NOTHING: DependencySet = Object.freeze({ everything: false, members: Object.freeze([]) });
 const EVERYTHING: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
 /**
@@ -192,39 +187,6 @@ const EVERYTHING: DependencySet = Object.freeze({ everything: true, members: Obj
  * agrees on, so the first run of each process can still hit what another stored.
  */
 const UNKNOWN: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
-
-/** The dependency text of a reference: JSON, so names can never run into each other. */
-export function refDependency(ref: DatatableRef): Dependency {
-  const { name, access } = ref;
-  return access.kind === 'role'
-    ? JSON.stringify(['r', name, access.role])
-    : JSON.stringify([access.kind === 'viewer' ? 'v' : 'd', name]);
-}
-
-/** Every reference the job could make: the answer is the workspace-wide fingerprint. */
-export const EVERY_REFERENCE: Dependency = '"*"';
-
-export function holdsDependency(datatable: string, role: string): Dependency {
-  return JSON.stringify(['h', datatable, role]);
-}
-
-/** The question a dependency text stands for. */
-export function parseDependency(
-  dependency: Dependency,
-): { ref: DatatableRef } | { holds: { datatable: string; role: string } } | { every: true } {
-  if (dependency === EVERY_REFERENCE) return { every: true };
-  const [kind, name, role] = JSON.parse(dependency) as [string, string, string?];
-  switch (kind) {
-    case 'v':
-      return { ref: { name, access: { kind: 'viewer' } } };
-    case 'd':
-      return { ref: { name, access: { kind: 'default' } } };
-    case 'r':
-      return { ref: { name, access: { kind: 'role', role: role as string } } };
-    default:
-      return { holds: { datatable: name, role: role as string } };
-  }
-}
 
 /** What one executing run asked, and what it was told. */
 class Recording {
