@@ -2,11 +2,7 @@ export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
 export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
-export type {
-  FingerprintFn,
-  FingerprintTracking,
-  RawResultCacheOptions,
-} from './cache/result_cache_options.js';
+export type { RawResultCacheOptions } from './cache/result_cache_options.js';
 export type {
   DatatableClient,
   DatatableConnector,
@@ -23,6 +19,11 @@ export {
   parseDatatableRef,
   validateRoleName,
 } from './connector/datatable_ref.js';
+export type {
+  FingerprintFn,
+  FingerprintTracking,
+  SettledFingerprint,
+} from './connector/fingerprint.js';
 export type {
   CatalogAdmin,
   CatalogChange,

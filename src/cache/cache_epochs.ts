@@ -1,8 +1,11 @@
+import type {
+  FingerprintFn,
+  FingerprintTracking,
+  SettledFingerprint,
+} from '../connector/fingerprint.js';
 import type { Job } from '../job.js';
 import type { CacheInvalidation } from '../stores/store.js';
-import type { FingerprintFn, FingerprintTracking } from './result_cache_options.js';
-
-type Settled = string | null | readonly (string | null)[] | undefined;
+import { isThenable } from '../util/thenable.js';
 
 /**
  * `fingerprint` with the invalidation epochs of the job's workspace and runnable in front:
@@ -32,7 +35,7 @@ export function withEpochs(
       const inner = track.call(fingerprint, job);
       return {
         abandon: () => inner.abandon(),
-        settle: async (started: string | null): Promise<Settled> => {
+        settle: async (started: string | null): Promise<SettledFingerprint> => {
           const split = started === null ? null : splitCombined(started);
           if (split === null) {
             inner.abandon();
@@ -70,8 +73,4 @@ function splitCombined(text: string): { tag: string; fingerprint: string | null 
   if (rest === 'n') return { tag, fingerprint: null };
   if (rest.startsWith('s')) return { tag, fingerprint: rest.slice(1) };
   return null;
-}
-
-function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }

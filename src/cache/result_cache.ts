@@ -1,3 +1,4 @@
+import type { FingerprintFn, FingerprintTracking } from '../connector/fingerprint.js';
 import { InvalidationUnsupportedError, InvalidJobError } from '../errors.js';
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import {
@@ -11,16 +12,12 @@ import {
 import type { Logger } from '../logger.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
 import { SingleFlight } from '../util/single_flight.js';
+import { isThenable } from '../util/thenable.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
 import { withEpochs } from './cache_epochs.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import { type CacheRun, CacheRuns } from './cache_run.js';
-import {
-  type FingerprintFn,
-  type FingerprintTracking,
-  type RawResultCacheOptions,
-  resolveResultCacheOptions,
-} from './result_cache_options.js';
+import { type RawResultCacheOptions, resolveResultCacheOptions } from './result_cache_options.js';
 import { SealedEntries } from './sealed_entry.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
 
@@ -342,8 +339,4 @@ class ResultCache implements CachedExecutor {
     const { code, message } = this.#breaker.failed(op, thrown);
     this.#report.storeError(op, code, message);
   }
-}
-
-function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }

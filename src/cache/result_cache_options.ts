@@ -1,35 +1,7 @@
+import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
-import type { Job } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
-
-/** Computes a job's authorization fingerprint; see {@link RawResultCacheOptions.fingerprint}. */
-export type FingerprintFn = ((job: Job) => Promise<string | null> | string | null) & {
-  /**
-   * Optional: follows a run that executes after a miss, for a fingerprint computed over what
-   * the run depends on (`datatables.fingerprint` has it). Without it, a result is stored only if
-   * calling the function again gives the lookup's fingerprint.
-   */
-  readonly track?: (job: Job) => FingerprintTracking;
-};
-
-/** One executing run followed by {@link FingerprintFn.track}. */
-export interface FingerprintTracking {
-  /**
-   * After the run succeeded: the fingerprint(s) to store its result under (they may differ from
-   * the lookup's when the run depended on more than predicted), or `undefined` to not store it.
-   */
-  settle(
-    fingerprint: string | null,
-  ):
-    | string
-    | null
-    | readonly (string | null)[]
-    | undefined
-    | Promise<string | null | readonly (string | null)[] | undefined>;
-  /** The run failed or its result will not be stored. */
-  abandon(): void;
-}
 
 /** Sealing of entries; see {@link RawResultCacheOptions.seal}. */
 export interface RawSealOptions {

@@ -1,10 +1,10 @@
 import type pg from 'pg';
 import type { DatatableConnector } from '../connector/datatable_connector.js';
+import type { FingerprintTracking } from '../connector/fingerprint.js';
 import type { Duration } from '../duration.js';
 import type { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
-import type { RunTracking } from './access/run_dependencies.js';
 import type { CatalogAdmin } from './admin/catalog_admin.js';
 import type { Directory } from './catalog/directory.js';
 import type { DatatablesEvents } from './datatables_events.js';
@@ -135,7 +135,7 @@ export interface Datatables extends DatatableConnector {
    * actually depended on.
    */
   readonly fingerprint: ((job: Job) => string | Promise<string>) & {
-    readonly track: (job: Job) => RunTracking;
+    readonly track: (job: Job) => FingerprintTracking;
   };
   readonly admin: CatalogAdmin;
   readonly events: Pick<TypedEmitter<DatatablesEvents>, 'on' | 'off'>;

@@ -1,5 +1,7 @@
 import type { DatatableRef } from '../../connector/datatable_ref.js';
+import type { FingerprintTracking } from '../../connector/fingerprint.js';
 import type { Job } from '../../job.js';
+import { isThenable } from '../../util/thenable.js';
 import type { JobAuthorization } from './authorization.js';
 import {
   type Dependency,
@@ -71,7 +73,7 @@ export class RunDependencies {
    * the fingerprint to store its result under, or `undefined` when it must not be stored; call
    * `abandon()` instead when the result will not be stored anyway.
    */
-  track(job: Job): RunTracking {
+  track(job: Job): FingerprintTracking {
     const existing = this.#recordings.get(job);
     if (existing !== undefined) {
       // The same job object executing twice at once: answers could not be told apart.
@@ -116,7 +118,7 @@ export class RunDependencies {
     else if (this.#linked) this.#parentOf.get(job)?.record(EVERY_REFERENCE, authorization);
   }
 
-  #tracking(job: Job, recording: Recording): RunTracking {
+  #tracking(job: Job, recording: Recording): FingerprintTracking {
     const { predicted } = recording;
     let ended = false;
     const end = (): boolean => {
@@ -172,14 +174,6 @@ export class RunDependencies {
   }
 }
 
-/** What the result cache calls around an executing run (see `FingerprintFn.track`). */
-export interface RunTracking {
-  settle(
-    fingerprint: string | null,
-  ): string | readonly string[] | undefined | Promise<string | readonly string[] | undefined>;
-  abandon(): void;
-}
-
 const NOTHING: DependencySet = Object.freeze({ everything: false, members: Object.freeze([]) });
 const EVERYTHING: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
 /**
@@ -230,8 +224,4 @@ function union(
 
 function learnedKey(job: Job): string {
   return `${job.workspace}\0${job.runnable.path}\0${job.runnable.hash}`;
-}
-
-function isThenable<T>(value: T | Promise<T>): value is Promise<T> {
-  return typeof (value as { then?: unknown }).then === 'function';
 }
