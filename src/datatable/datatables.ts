@@ -1,12 +1,10 @@
 import pg from 'pg';
-import { parse as parseConnectionString, toClientConfig } from 'pg-connection-string';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
-import { resolveDuration } from '../duration.js';
-import { ConnectFailedError, ConnectionLostError, ViewerCacheError } from '../errors.js';
+import { ConnectFailedError, ViewerCacheError } from '../errors.js';
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
-import { type Logger, silentLogger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import { JobAuthorizations } from './access/job_authorizations.js';
 import { RunDependencies } from './access/run_dependencies.js';
 import { CatalogAdmin } from './admin/catalog_admin.js';
@@ -15,20 +13,17 @@ import type { Directory } from './catalog/directory.js';
 import { migrateCatalog } from './catalog/migrations.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
-import { NEXT_LEASE } from './identity/sql/identity.js';
-import { ViewerIdentities, type ViewerIdentity } from './identity/viewer_identity.js';
+import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
+import { ViewerBinding, viewerIdentityOf } from './identity/viewer_binding.js';
+import { ViewerIdentities } from './identity/viewer_identity.js';
 import { listSetLogins, type SetLoginInfo, wantedSetLogins } from './logins/login_gc.js';
 import { LoginLeaser } from './logins/login_leaser.js';
 import { LoginPools } from './logins/login_pools.js';
 import { LoginRepair } from './logins/login_repair.js';
-import { PasswordDeriver } from './logins/passwords.js';
-import type { PooledLease } from './logins/pooled_lease.js';
-import { RESET_SESSION } from './logins/pooled_lease.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { CoalescingSocket } from './pg/coalescing_socket.js';
 import { GuardedClient } from './pg/pg_clients.js';
-import { isConnectionLost } from './pg/sqlstate.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 
@@ -42,9 +37,10 @@ export async function createDatatablesWithHooks(
   options: RawDatatablesOptions,
   hooks: DatatablesTestHooks,
 ): Promise<Datatables> {
-  const service = new DatatableService(options, hooks);
+  const resolved = resolveDatatablesOptions(options);
+  const service = new DatatableService(resolved, hooks);
   try {
-    await service.start(options.migrate ?? true);
+    await service.start(resolved.migrate);
   } catch (err) {
     await service.close();
     throw err;
@@ -66,54 +62,15 @@ class DatatableService implements Datatables {
   readonly #leaser: LoginLeaser;
   readonly #warmer: SetLoginWarmer | null;
   readonly #identities: ViewerIdentities | null;
+  readonly #binding: ViewerBinding | null;
   readonly #directory: Directory | null;
   readonly #logger: Logger;
   #closed = false;
 
-  constructor(options: RawDatatablesOptions, hooks: DatatablesTestHooks) {
-    if (options === null || typeof options !== 'object')
-      throw new TypeError('options are required');
-    const adminConfig = toConfig(options.connection);
-    const passwords = new PasswordDeriver(options.secretKey);
-    if (options.directory !== undefined && typeof options.directory?.principals !== 'function') {
-      throw new TypeError('directory must have a principals(workspace, email) method');
-    }
-    this.#directory = options.directory ?? null;
-    this.#logger = options.logger ?? silentLogger;
-    const pools = options.pools ?? {};
-    const poolSize = pools.size ?? 4;
-    const maxPools = pools.max ?? 100;
-    if (!Number.isInteger(poolSize) || poolSize < 1)
-      throw new TypeError('pools.size must be an integer ≥ 1');
-    if (!Number.isInteger(maxPools) || maxPools < 1)
-      throw new TypeError('pools.max must be an integer ≥ 1');
-    const maxConnections = pools.maxConnections ?? 20;
-    if (!Number.isInteger(maxConnections) || maxConnections < 1)
-      throw new TypeError('pools.maxConnections must be an integer ≥ 1');
-    const {
-      user: _user,
-      password: _password,
-      database: _database,
-      ...loginConfig
-    } = options.loginConnection === undefined ? adminConfig : toConfig(options.loginConnection);
-    const statementTimeoutMs = resolveDuration(
-      pools.statementTimeout ?? 0,
-      'pools.statementTimeout',
-    );
-    if (options.transactionPooler === true) {
-      // Nothing session-scoped through a transaction pooler: each statement may meet another
-      // backend. Refused at start rather than failing open per run.
-      if (options.viewerIdentity ?? true) {
-        throw new TypeError(
-          'transactionPooler needs viewerIdentity: false (the viewer identity is bound to one backend for a lease)',
-        );
-      }
-      if (statementTimeoutMs > 0) {
-        throw new TypeError(
-          'transactionPooler cannot carry pools.statementTimeout (a session setting); set statement_timeout on the pooler or the database',
-        );
-      }
-    }
+  constructor(options: ResolvedDatatablesOptions, hooks: DatatablesTestHooks) {
+    const { adminConfig, passwords, pools, catalog } = options;
+    this.#directory = options.directory;
+    this.#logger = options.logger;
     const logger = this.#logger;
     const events = this.events;
 
@@ -127,24 +84,13 @@ class DatatableService implements Datatables {
       // After close(), connections ending with the server are expected, not news.
       if (!this.#closed) logger.warn({ err: err.message }, 'catalog connection lost');
     });
-    const catalog = options.catalog ?? {};
     this.#snapshot = new CatalogSnapshot({
       pool: this.#pool,
-      // The admin connection's own application_name (from its URL) does not name the listener.
-      listenConnection:
-        options.listenConnection === undefined
-          ? { ...adminConfig, application_name: undefined }
-          : toConfig(options.listenConnection),
+      listenConnection: options.listenConfig,
       events,
       logger,
-      heartbeatMs: positive(
-        resolveDuration(catalog.heartbeat ?? '1s', 'catalog.heartbeat'),
-        'catalog.heartbeat',
-      ),
-      heartbeatTimeoutMs: positive(
-        resolveDuration(catalog.heartbeatTimeout ?? '1s', 'catalog.heartbeatTimeout'),
-        'catalog.heartbeatTimeout',
-      ),
+      heartbeatMs: catalog.heartbeatMs,
+      heartbeatTimeoutMs: catalog.heartbeatTimeoutMs,
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
     this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job));
@@ -161,14 +107,14 @@ class DatatableService implements Datatables {
       ...(hooks.beforeLoginStep ? { beforeStep: hooks.beforeLoginStep } : {}),
     });
     this.#pools = new LoginPools({
-      base: { ...loginConfig, stream: () => new CoalescingSocket() },
-      maxPools,
-      poolSize,
-      maxConnections,
-      acquireTimeoutMs: resolveDuration(pools.acquireTimeout ?? '10s', 'pools.acquireTimeout'),
-      idleTimeoutMs: resolveDuration(pools.idleTimeout ?? '30s', 'pools.idleTimeout'),
-      statementTimeoutMs,
-      ...((pools.checkOnRelease ?? true)
+      base: { ...options.loginConfig, stream: () => new CoalescingSocket() },
+      maxPools: pools.max,
+      poolSize: pools.size,
+      maxConnections: pools.maxConnections,
+      acquireTimeoutMs: pools.acquireTimeoutMs,
+      idleTimeoutMs: pools.idleTimeoutMs,
+      statementTimeoutMs: pools.statementTimeoutMs,
+      ...(pools.checkOnRelease
         ? { onRelease: (login: string) => this.#leaser.released(login) }
         : {}),
       logger,
@@ -181,7 +127,7 @@ class DatatableService implements Datatables {
       logger,
     });
     this.#warmer =
-      (pools.prepareAhead ?? true) && this.#directory === null
+      pools.prepareAhead && this.#directory === null
         ? new SetLoginWarmer(this.#leaser, logger)
         : null;
     if (this.#warmer !== null) {
@@ -191,8 +137,8 @@ class DatatableService implements Datatables {
         if (state !== null) warmer.refreshed(state);
       });
     }
-    this.#identities =
-      (options.viewerIdentity ?? true) ? new ViewerIdentities(adminConfig, logger) : null;
+    this.#identities = options.viewerIdentity ? new ViewerIdentities(adminConfig, logger) : null;
+    this.#binding = this.#identities === null ? null : new ViewerBinding(this.#identities);
     this.admin = new CatalogAdmin({
       pool: this.#pool,
       adminConfig,
@@ -203,7 +149,7 @@ class DatatableService implements Datatables {
         this.#leaser.forget(login);
       },
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
-      ...(catalog.awaitPropagation === true
+      ...(catalog.awaitPropagation
         ? { watchPropagation: () => this.#snapshot.watchPropagation() }
         : {}),
       onDatatableCreated: (database) => this.#identities?.install(database),
@@ -243,18 +189,13 @@ class DatatableService implements Datatables {
       const { datatable, roles } = authorization.grant(ref);
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
-      const lease = await this.#leaser.lease(roles, datatable.database);
-      if (this.#identities !== null) this.#resetWithEpoch(lease, datatable.database);
-      if (ref.access.kind === 'viewer' && this.#identities !== null) {
-        // grant() refused a run with no viewer: here there is a signed-in or an embed viewer.
-        const { endUserEmail, embed } = job.perms;
-        await this.#bind(
-          lease,
-          datatable.database,
-          endUserEmail !== null
-            ? { email: endUserEmail, attributes: {} }
-            : { email: embed!.email, attributes: embed!.attributes },
-        );
+      let lease = await this.#leaser.lease(roles, datatable.database);
+      if (this.#binding !== null) {
+        // grant() refused `?as=viewer` for a run with no viewer: here there is one.
+        lease =
+          ref.access.kind === 'viewer'
+            ? await this.#binding.bind(lease, datatable.database, viewerIdentityOf(job.perms))
+            : this.#binding.bind(lease, datatable.database, null);
       }
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
@@ -281,67 +222,6 @@ class DatatableService implements Datatables {
 
   startedChild(job: Job, child: Job): void {
     this.#dependencies.startedChild(job, child);
-  }
-
-  /**
-   * On a data-table with viewer identity, every lease's reset also draws the session's next
-   * epoch (see sql/identity.ts), so any binding made during the lease is void once the
-   * connection is back in its pool, and the next viewer lease knows the epoch to sign.
-   */
-  #resetWithEpoch(lease: PooledLease, database: string): void {
-    const identities = this.#identities!;
-    const { connection } = lease;
-    lease.resetWith(
-      () =>
-        identities.installed(database)
-          ? {
-              // One Query message: the reset, then the new epoch (its last result).
-              statement: `${RESET_SESSION}; ${NEXT_LEASE}`,
-              onDone: (result) => {
-                const last = Array.isArray(result) ? result[result.length - 1]! : result;
-                identities.entered(connection, last.rows[0]!.epoch);
-              },
-              onFailed: (err) => {
-                identities.left(connection);
-                identities.forgetIfMissing(database, err);
-              },
-            }
-          : { statement: RESET_SESSION, onDone: () => identities.left(connection) },
-      async () => identities.left(connection),
-    );
-  }
-
-  /**
-   * Binds the viewer to the lent backend, from that backend, in front of the run's first
-   * statement (see PooledLease.bindBeforeFirstQuery). The first viewer lease of a connection
-   * (or of a database in this process) first installs and draws an epoch: one round trip, once.
-   */
-  async #bind(lease: PooledLease, database: string, identity: ViewerIdentity): Promise<void> {
-    const identities = this.#identities!;
-    const { connection } = lease;
-    if (!identities.ready(database, connection)) {
-      try {
-        await identities.install(database);
-        const { rows } = await lease.internalQuery(NEXT_LEASE);
-        identities.entered(connection, rows[0]!.epoch);
-      } catch (err) {
-        await lease.release(true);
-        identities.forgetIfMissing(database, err);
-        if (isConnectionLost(err)) throw new ConnectionLostError(undefined, { cause: err });
-        throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
-          cause: err,
-        });
-      }
-    }
-    const statement = identities.bindingFor(database, connection, lease.backend, identity)!;
-    lease.bindBeforeFirstQuery(
-      [statement],
-      (err) =>
-        new ConnectFailedError('could not bind the viewer to the data-table connection', {
-          cause: err,
-        }),
-      () => identities.recheck(database),
-    );
   }
 
   async listLogins(): Promise<SetLoginInfo[]> {
@@ -385,25 +265,4 @@ class DatatableService implements Datatables {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
-}
-
-function positive(ms: number, name: string): number {
-  if (!(ms > 0)) throw new TypeError(`${name} must be greater than 0`);
-  return ms;
-}
-
-function toConfig(connection: string | pg.ClientConfig): pg.ClientConfig {
-  if (typeof connection === 'string') {
-    if (connection.length === 0)
-      throw new TypeError('connection must be a postgres:// URL or a pg config');
-    return toClientConfig(parseConnectionString(connection));
-  }
-  if (connection === null || typeof connection !== 'object') {
-    throw new TypeError('connection must be a postgres:// URL or a pg config');
-  }
-  if (connection.connectionString !== undefined) {
-    const { connectionString, ...rest } = connection;
-    return { ...toClientConfig(parseConnectionString(connectionString)), ...rest };
-  }
-  return { ...connection };
 }
