@@ -1,4 +1,6 @@
 import type { RejectionReason } from '../events.js';
+import { MAGIC_0, MAGIC_1 } from '../stores/entry_header.js';
+import { asBuffer } from '../util/bytes.js';
 import { type KeyDigest, keyDigest } from './cache_key.js';
 
 /**
@@ -39,8 +41,6 @@ export const plainEntries: EntryCodec = {
   decode: decodeEntry,
 };
 
-const MAGIC_0 = 0x56; // 'V'
-const MAGIC_1 = 0x43; // 'C'
 const FORMAT = 2;
 const DIGEST_AT = 16;
 const DIGEST_BYTES = 32;
@@ -76,24 +76,6 @@ export function decodeEntry(
   const expiresAt = buf.readDoubleBE(4);
   if (!(expiresAt > now)) return 'expired';
   return buf.subarray(HEADER);
-}
-
-/**
- * The expiry an envelope (plain or sealed: both keep it at bytes 4–11, in clear) claims, or
- * `null` when `entry` is no envelope. For bounding how long a tier in front keeps a copy: a
- * claim is not a proof (a forged one fails `decode` on every read), so it only ever shortens.
- */
-export function claimedExpiry(entry: Uint8Array): number | null {
-  if (entry.byteLength < 12 || entry[0] !== MAGIC_0 || entry[1] !== MAGIC_1) return null;
-  const expiresAt = asBuffer(entry).readDoubleBE(4);
-  return Number.isFinite(expiresAt) ? expiresAt : null;
-}
-
-/** A Buffer view of `bytes` (itself when it already is one). */
-export function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes)
-    ? bytes
-    : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 const HEX = '0123456789abcdef';

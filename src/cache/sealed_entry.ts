@@ -8,7 +8,9 @@ import {
   randomFillSync,
 } from 'node:crypto';
 import type { RejectionReason } from '../events.js';
-import { asBuffer, type EntryCodec, writeDigest } from './cache_entry.js';
+import { MAGIC_0, MAGIC_1 } from '../stores/entry_header.js';
+import { asBuffer } from '../util/bytes.js';
+import { type EntryCodec, writeDigest } from './cache_entry.js';
 import type { KeyDigest } from './cache_key.js';
 
 /**
@@ -120,8 +122,6 @@ export class SealedEntries implements EntryCodec {
   }
 }
 
-const MAGIC_0 = 0x56; // 'V'
-const MAGIC_1 = 0x43; // 'C'
 const FORMAT = 3;
 const NONCE_AT = 12;
 const NONCE_BYTES = 12;

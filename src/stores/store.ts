@@ -1,7 +1,8 @@
 /**
  * Where cached results live: a byte store with per-entry TTL. The middleware owns the envelope
- * (see `cache_entry.ts`); a store only moves bytes. Implementations must not interpret, log or
- * label keys or values: keys identify a viewer's entry and values hold their rows.
+ * (see `cache_entry.ts`); a store only moves bytes, reading at most the clear header of
+ * `entry_header.ts`. Implementations must not interpret, log or label keys or values: keys
+ * identify a viewer's entry and values hold their rows.
  */
 export interface CacheStore {
   /** The bytes stored under `key`, or `null`. Rejects when the store is unreachable. */

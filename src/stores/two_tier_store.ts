@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
-import { claimedExpiry } from '../cache/cache_entry.js';
 import { type Duration, resolveDuration } from '../duration.js';
+import { claimedExpiry } from './entry_header.js';
 import { RedisInvalidationBus } from './invalidation_bus.js';
 import { MemoryCacheStore, type RawMemoryCacheStoreOptions } from './memory_store.js';
 import { RedisCacheStore } from './redis_store.js';
