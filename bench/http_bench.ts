@@ -6,8 +6,8 @@
  *   from the same Redis and sends them;
  * - `GET /healthz`, the server's cost of HTTP alone;
  * - a cached app request with the server's default two tiers, and the same on a second server
- *   with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`): issue 11's figures are these two
- *   against the floor;
+ *   with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`): the two rows judged against the floor
+ *   (p50 and req/s);
  * - an uncached one (a preview of the same runnable: it runs the query as the viewer every time).
  *
  * The servers run in this process; the client runs in one of its own (`http_client.ts`), so a
@@ -30,29 +30,7 @@ import { deleteRunKeys, REDIS_URL, RUN_PREFIX, rawRedis } from './fixtures.js';
 import { BenchInvariantError, type LatencyPlan } from './helpers.js';
 import type { BatchRequest, BatchResult } from './http_client.js';
 import { type BenchPostgres, benchPostgres } from './postgres_fixture.js';
-import { HTTP_CONCURRENCY, httpTable } from './report.js';
-
-export interface HttpRow {
-  readonly id: string;
-  readonly label: string;
-  readonly p50Us: number;
-  readonly p99Us: number;
-  readonly ops: number;
-  /** p50 ÷ `http_healthz` p50. */
-  readonly ratio: number;
-  /** p50 ÷ `http_fastify_get` p50 (the floor). */
-  readonly floorRatio: number;
-  /** Requests per second over `HTTP_CONCURRENCY` connections. */
-  readonly reqPerSec: number;
-  /** req/s ÷ the floor's req/s. */
-  readonly floorThroughput: number;
-  /**
-   * CPU time (user + system) of the servers' process per request, over `HTTP_CONCURRENCY`
-   * connections. Steadier than latency on a shared machine: another tenant's load delays a
-   * request but does not add to this process's CPU.
-   */
-  readonly cpuUs: number;
-}
+import { HTTP_CONCURRENCY, type HttpRow, httpTable } from './report.js';
 
 const CLIENT = join(dirname(fileURLToPath(import.meta.url)), 'http_client.ts');
 export const APP_RUN = '/api/w/demo/apps/orders-dashboard/run';

@@ -11,7 +11,7 @@ import type { ScenarioSet, SizeFixture } from './fixtures.js';
 export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
   const { jobs } = fx;
   const n = jobs.length;
-  // The same jobs made with a scoped API key (issue 9 §4): the scope is an eighth key element.
+  // The same jobs made with a scoped API key: the scope is an eighth key element.
   const scoped = jobs.map((job) => ({
     ...job,
     perms: { ...job.perms, roleScope: [16384, 16390] },

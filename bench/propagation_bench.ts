@@ -1,7 +1,7 @@
 /**
- * Revocation propagation across processes (issue 10 §4): three reference servers (child
- * processes) on one database and one Redis — or, with `--cluster`, a private 3-master Redis
- * Cluster — and an admin process of their own. For each kind of change (role disabled/enabled,
+ * Revocation propagation across processes: how soon a change reaches every process's next run.
+ * Three reference servers (child processes) on one database and one Redis — or, with
+ * `--cluster`, a private 3-master Redis Cluster — and an admin process of their own. For each kind of change (role disabled/enabled,
  * membership removed/added, tenants cleared/restored, entitlement row deleted/inserted by a plain
  * connection), the time from the change returning to its caller until every server's next run
  * reflects it: each server is asked for the viewer's rows back to back, and its first reflecting

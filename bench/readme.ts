@@ -114,7 +114,7 @@ route with nothing else started.
   \`getBuffer\` of the same response bytes, for the same request), \`GET /healthz\` and an uncached
   preview. The servers run in the bench's process, their client (\`http_client.ts\`) in its own,
   so CPU per request is the servers' alone (with the client in the same process, the cached
-  request's CPU over the floor's measured +125 µs instead of +35–60 µs). Issue 11's targets:
+  request's CPU over the floor's measured +125 µs instead of +35–60 µs). The cached rows' targets:
   p50 ≤ 1.2× the floor's over one connection, req/s ≥ 0.85× over eight.
 
 All Redis rows (raw GET, ours, BentoCache's L2) share **one ioredis connection** with default

@@ -23,7 +23,7 @@ import {
   type Scenario,
   type ThroughputPlan,
 } from './helpers.js';
-import { type HttpRow, httpBenchAlone } from './http_bench.js';
+import { httpBenchAlone } from './http_bench.js';
 import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
 import { memoryScaling } from './memory_scaling.js';
@@ -37,6 +37,7 @@ import {
   datatableTable,
   environment,
   envLine,
+  type HttpRow,
   httpTable,
   judge,
   latencyRows,

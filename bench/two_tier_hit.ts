@@ -1,6 +1,6 @@
 /**
- * `two_tier_hit`: `withResultCache` on a `TwoTierCacheStore` (issue 10 §3), read as the server
- * reads it (`result.json()` bytes), with the invalidation bus up (epochs checked in memory):
+ * `two_tier_hit`: `withResultCache` on a `TwoTierCacheStore` (our two tiers against BentoCache's),
+ * read as the server reads it (`result.json()` bytes), with the invalidation bus up (epochs checked in memory):
  *
  * - `two_tier_memory_hit`: served by the memory tier; compared with `bento_tiered_l1_hit`;
  * - `two_tier_redis_hit`: a memory tier too small to keep any entry, so every lookup misses it
