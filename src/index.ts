@@ -51,6 +51,7 @@ export {
 } from './embed/embed_assertion.js';
 export type { EmbedClaims, EmbedKeyPair } from './embed/embed_signing.js';
 export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js';
+export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
   ArgsNotJsonError,
@@ -98,11 +99,9 @@ export type {
 } from './executor/executor.js';
 export { createExecutor } from './executor/executor.js';
 export type {
-  EmbedViewer,
   Job,
   JobExecutor,
   JobPerms,
-  JobResult,
   RunnableRef,
   RunOptions,
   RunOrigin,
@@ -115,6 +114,7 @@ export {
   WORKSPACE_PATTERN,
   WORKSPACE_RE,
 } from './job.js';
+export type { JobResult } from './job_result.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';

@@ -1,4 +1,6 @@
+import { canonicalEmbedViewer, type EmbedViewer, embedViewerOf } from './embed_viewer.js';
 import { InvalidJobError } from './errors.js';
+import type { JobResult } from './job_result.js';
 
 /**
  * A workspace id: short, no path separators, safe in a cache key and a URL segment. As text for
@@ -41,27 +43,6 @@ export interface JobPerms {
    */
   readonly embed?: EmbedViewer | undefined;
 }
-
-/**
- * A verified embed viewer: what the host signed, never the token itself. It holds no roles of
- * its own; it resolves only to roles whose tenants name embed viewers (`embed:*`, `embed:APP`).
- */
-export interface EmbedViewer {
-  /** The app the assertion's audience names. */
-  readonly app: string;
-  /** Signed attributes (`customer_id`, …) that policies read with `viewer_attribute(name)`. */
-  readonly attributes: Readonly<Record<string, string>>;
-  /** The email the host asserted, or `null`; never resolved as `user:EMAIL`. */
-  readonly email: string | null;
-}
-
-/** Attribute names: SQL-friendly words, so a policy can name them without quoting. */
-export const EMBED_ATTRIBUTE_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-/** App names (as the reference server's routes accept them). */
-export const EMBED_APP_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
-/** Bounds of an embed viewer's attributes: how many, and how long each value may be. */
-export const MAX_EMBED_ATTRIBUTES = 32;
-export const MAX_EMBED_ATTRIBUTE_LENGTH = 1024;
 
 /** One run of a runnable. */
 export interface Job {
@@ -191,70 +172,10 @@ export function recordViewerIdentity(origin: RunOrigin): ViewerIdentityOfRun {
   const endUserEmail = recordViewer(origin);
   if (origin.kind === 'embed') return { endUserEmail, embed: canonicalEmbedViewer(origin.viewer) };
   if (origin.kind === 'job-token') {
-    const parentEmbed = origin.parent.perms.embed;
-    if (parentEmbed !== undefined) {
-      if (endUserEmail !== null) {
-        throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
-      }
-      return { endUserEmail, embed: canonicalEmbedViewer(parentEmbed) };
-    }
+    const embed = embedViewerOf({ endUserEmail, embed: origin.parent.perms.embed });
+    if (embed !== undefined) return { endUserEmail, embed };
   }
   return { endUserEmail };
-}
-
-const frozenEmbeds = new WeakSet<EmbedViewer>();
-
-/**
- * An embed viewer checked (app, attribute names and string values, email) and frozen with its
- * attributes in sorted order. Returns the same object when it already went through here.
- * @throws {InvalidJobError}
- */
-export function canonicalEmbedViewer(viewer: unknown): EmbedViewer {
-  if (frozenEmbeds.has(viewer as EmbedViewer)) return viewer as EmbedViewer;
-  if (viewer === null || typeof viewer !== 'object') {
-    throw new InvalidJobError('an embed viewer is required');
-  }
-  const { app, attributes, email } = viewer as Record<string, unknown>;
-  if (typeof app !== 'string' || !EMBED_APP_RE.test(app)) {
-    throw new InvalidJobError('an embed viewer must name its app');
-  }
-  if (email !== null && (typeof email !== 'string' || email.length === 0)) {
-    throw new InvalidJobError('an embed viewer has a non-empty email or null');
-  }
-  if (
-    attributes === null ||
-    typeof attributes !== 'object' ||
-    Array.isArray(attributes) ||
-    (Object.getPrototypeOf(attributes) !== Object.prototype &&
-      Object.getPrototypeOf(attributes) !== null)
-  ) {
-    throw new InvalidJobError('an embed viewer carries its attributes as an object');
-  }
-  const names = Object.keys(attributes).sort();
-  if (names.length > MAX_EMBED_ATTRIBUTES) {
-    throw new InvalidJobError(`an embed viewer has at most ${MAX_EMBED_ATTRIBUTES} attributes`);
-  }
-  const sorted: Record<string, string> = {};
-  for (const name of names) {
-    const value = (attributes as Record<string, unknown>)[name];
-    // `__proto__` would be dropped by the assignment below: two viewers would read as one.
-    if (!EMBED_ATTRIBUTE_NAME_RE.test(name) || name === '__proto__') {
-      throw new InvalidJobError('an embed attribute name is a word of letters, digits and _');
-    }
-    if (typeof value !== 'string' || value.length > MAX_EMBED_ATTRIBUTE_LENGTH) {
-      throw new InvalidJobError(
-        `embed attribute values are strings of at most ${MAX_EMBED_ATTRIBUTE_LENGTH} characters`,
-      );
-    }
-    sorted[name] = value;
-  }
-  const canonical: EmbedViewer = Object.freeze({
-    app,
-    attributes: Object.freeze(sorted),
-    email: email as string | null,
-  });
-  frozenEmbeds.add(canonical);
-  return canonical;
 }
 
 /** A signed-in identity must be a non-empty string: an empty email is not "no viewer". */
@@ -263,21 +184,6 @@ function requireEmail(email: unknown): string {
     throw new InvalidJobError('a signed-in origin must carry a non-empty email');
   }
   return email;
-}
-
-/** What a job produced. */
-export interface JobResult {
-  /** The job that asked (on a hit: the current job, not the one that first computed it). */
-  readonly jobId: string;
-  /** The result value. On a cache hit it is parsed from the stored JSON on first access. */
-  readonly value: unknown;
-  /** True when served from the cache without executing. */
-  readonly fromCache: boolean;
-  /**
-   * The result as UTF-8 JSON bytes. On a cache hit these are the stored bytes themselves, so a
-   * caller that only forwards JSON never pays a parse or a stringify.
-   */
-  json(): Uint8Array;
 }
 
 /** Options the wrapping layers pass down to the executor they wrap. */
@@ -292,58 +198,4 @@ export interface RunOptions {
 /** Anything that runs jobs: the platform's executor, or one wrapped in a cache. */
 export interface JobExecutor {
   run(job: Job, options?: RunOptions): Promise<JobResult>;
-}
-
-/** A result computed now. The JSON bytes are produced once, on demand. */
-export class ComputedResult implements JobResult {
-  readonly fromCache = false;
-  #json: Uint8Array | undefined;
-
-  constructor(
-    readonly jobId: string,
-    readonly value: unknown,
-  ) {}
-
-  json(): Uint8Array {
-    if (this.#json === undefined) {
-      // `undefined` results are sent as JSON null rather than as an empty body.
-      this.#json = Buffer.from(JSON.stringify(this.value) ?? 'null');
-    }
-    return this.#json;
-  }
-
-  /** Lets the cache hand over bytes it already serialised for storing. */
-  static withJson(jobId: string, value: unknown, json: Uint8Array): ComputedResult {
-    const result = new ComputedResult(jobId, value);
-    result.#json = json;
-    return result;
-  }
-}
-
-/** A result read back from the cache: the bytes are authoritative, the value is parsed lazily. */
-export class StoredResult implements JobResult {
-  readonly fromCache = true;
-  #value: unknown;
-  #parsed = false;
-
-  constructor(
-    readonly jobId: string,
-    readonly bytes: Uint8Array,
-  ) {}
-
-  get value(): unknown {
-    if (!this.#parsed) {
-      this.#value = JSON.parse(
-        Buffer.from(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength).toString(
-          'utf8',
-        ),
-      );
-      this.#parsed = true;
-    }
-    return this.#value;
-  }
-
-  json(): Uint8Array {
-    return this.bytes;
-  }
 }

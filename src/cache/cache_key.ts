@@ -1,13 +1,7 @@
 import { hash } from 'node:crypto';
+import { canonicalEmbedViewer, type EmbedViewer, embedViewerOf } from '../embed_viewer.js';
 import { InvalidJobError } from '../errors.js';
-
-import {
-  canonicalEmbedViewer,
-  canonicalRoleScope,
-  type EmbedViewer,
-  type Job,
-  WORKSPACE_RE,
-} from '../job.js';
+import { canonicalRoleScope, type Job, WORKSPACE_RE } from '../job.js';
 
 import { canonicalArgs, jsonString } from './canonical_json.js';
 
@@ -82,10 +76,7 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
     throw new InvalidJobError('the cache fingerprint must be a string or null');
   }
   const scope = canonicalRoleScope(perms.roleScope);
-  const embed = perms.embed;
-  if (embed !== undefined && viewer !== null) {
-    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
-  }
+  const embed = embedViewerOf(perms);
   // jsonString is JSON.stringify with a fast path for text that needs no escaping (a property
   // test holds the two equal); the workspace, matched above, never needs any.
   return (

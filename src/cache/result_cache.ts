@@ -1,14 +1,8 @@
 import type { FingerprintFn, FingerprintTracking } from '../connector/fingerprint.js';
 import { InvalidationUnsupportedError, InvalidJobError } from '../errors.js';
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
-import {
-  ComputedResult,
-  type Job,
-  type JobExecutor,
-  type JobResult,
-  type RunOptions,
-  StoredResult,
-} from '../job.js';
+import type { Job, JobExecutor, RunOptions } from '../job.js';
+import { ComputedResult, type JobResult, StoredResult } from '../job_result.js';
 import type { Logger } from '../logger.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
 import { SingleFlight } from '../util/single_flight.js';

@@ -8,6 +8,7 @@ import {
   jwtVerify,
 } from 'jose';
 import { type Duration, resolveDuration } from '../duration.js';
+import { canonicalEmbedViewer, EMBED_APP_RE, type EmbedViewer } from '../embed_viewer.js';
 import {
   EmbedAudienceError,
   EmbedExpiredError,
@@ -16,7 +17,7 @@ import {
   InvalidJobError,
   ViewerCacheError,
 } from '../errors.js';
-import { canonicalEmbedViewer, EMBED_APP_RE, type EmbedViewer, WORKSPACE_RE } from '../job.js';
+import { WORKSPACE_RE } from '../job.js';
 
 /**
  * The algorithms an embed key may use. Asymmetric only: the server keeps the public half, so

@@ -18,16 +18,15 @@ import {
   ViewerCacheError,
 } from '../errors.js';
 import {
-  ComputedResult,
   type Job,
   type JobExecutor,
   type JobPerms,
-  type JobResult,
   type RunOptions,
   type RunOrigin,
   recordRoleScope,
   recordViewerIdentity,
 } from '../job.js';
+import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
 

@@ -1,5 +1,5 @@
 import type { Job, JobExecutor, JobResult, RunOptions } from '../../src/index.js';
-import { ComputedResult } from '../../src/job.js';
+import { ComputedResult } from '../../src/job_result.js';
 
 /**
  * A stand-in for the platform's executor (a seam, not our code): records every job it is asked

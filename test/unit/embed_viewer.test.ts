@@ -219,6 +219,17 @@ describe('the embed viewer in the cache key (SPEC invariant 3)', () => {
       cachedResultPath({ ...job, perms: { ...job.perms, endUserEmail: EMAIL } }),
     ).toThrow(expect.objectContaining({ code: 'E_INVALID_JOB' }));
   });
+
+  it('…wherever a job is read: the key, the authorization, and a child of such a job', () => {
+    const job = embedJob(embed({}));
+    const both = { ...job, perms: { ...job.perms, endUserEmail: EMAIL } };
+    const refused = expect.objectContaining({ code: 'E_INVALID_JOB' });
+    expect(() => canonicalKeyInput(both)).toThrow(refused);
+    expect(() => new JobAuthorizations(snapshot, null).of(both)).toThrow(refused);
+    expect(() =>
+      recordViewerIdentity({ kind: 'job-token', parent: { perms: both.perms } }),
+    ).toThrow(refused);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------

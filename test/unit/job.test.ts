@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { JobPerms, RunOrigin } from '../../src/index.js';
 import { cachedResultPath, createExecutor, recordViewer } from '../../src/index.js';
-import { ComputedResult, StoredResult } from '../../src/job.js';
+import { ComputedResult, StoredResult } from '../../src/job_result.js';
 
 const alice = 'alice@example.com';
 const publisher = 'publisher@example.com';

@@ -1,5 +1,6 @@
 import { hash } from 'node:crypto';
 import type { DatatableRef } from '../../connector/datatable_ref.js';
+import type { EmbedViewer } from '../../embed_viewer.js';
 import {
   type ErrorOptions,
   NoDefaultRoleError,
@@ -10,7 +11,6 @@ import {
   UnknownRoleError,
   type ViewerCacheError,
 } from '../../errors.js';
-import type { EmbedViewer } from '../../job.js';
 import type { CatalogDatatable, CatalogRole, CatalogState } from '../catalog/catalog_state.js';
 import type { Principals } from '../catalog/directory.js';
 import { type Dependency, type DependencySet, parseDependency } from './dependency.js';

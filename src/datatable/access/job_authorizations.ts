@@ -1,5 +1,5 @@
-import { InvalidJobError } from '../../errors.js';
-import { canonicalEmbedViewer, canonicalRoleScope, type EmbedViewer, type Job } from '../../job.js';
+import { type EmbedViewer, embedViewerOf } from '../../embed_viewer.js';
+import { canonicalRoleScope, type Job } from '../../job.js';
 import type { CatalogSnapshot } from '../catalog/catalog_snapshot.js';
 import type { CatalogState } from '../catalog/catalog_state.js';
 import type { Directory, Principals } from '../catalog/directory.js';
@@ -108,10 +108,6 @@ function builtIn(
  * attributes and email are the job's own (bound to the connection, and in the key).
  */
 function embedParty(job: Job): { embed?: Pick<EmbedViewer, 'app'> } {
-  const { perms } = job;
-  if (perms.embed === undefined) return {};
-  if (perms.endUserEmail !== null) {
-    throw new InvalidJobError('a job cannot have both a signed-in viewer and an embed viewer');
-  }
-  return { embed: { app: canonicalEmbedViewer(perms.embed).app } };
+  const embed = embedViewerOf(job.perms);
+  return embed === undefined ? {} : { embed: { app: embed.app } };
 }

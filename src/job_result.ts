@@ -1,0 +1,68 @@
+/** What a job produced. */
+export interface JobResult {
+  /** The job that asked (on a hit: the current job, not the one that first computed it). */
+  readonly jobId: string;
+  /** The result value. On a cache hit it is parsed from the stored JSON on first access. */
+  readonly value: unknown;
+  /** True when served from the cache without executing. */
+  readonly fromCache: boolean;
+  /**
+   * The result as UTF-8 JSON bytes. On a cache hit these are the stored bytes themselves, so a
+   * caller that only forwards JSON never pays a parse or a stringify.
+   */
+  json(): Uint8Array;
+}
+
+/** A result computed now. The JSON bytes are produced once, on demand. */
+export class ComputedResult implements JobResult {
+  readonly fromCache = false;
+  #json: Uint8Array | undefined;
+
+  constructor(
+    readonly jobId: string,
+    readonly value: unknown,
+  ) {}
+
+  json(): Uint8Array {
+    if (this.#json === undefined) {
+      // `undefined` results are sent as JSON null rather than as an empty body.
+      this.#json = Buffer.from(JSON.stringify(this.value) ?? 'null');
+    }
+    return this.#json;
+  }
+
+  /** Lets the cache hand over bytes it already serialised for storing. */
+  static withJson(jobId: string, value: unknown, json: Uint8Array): ComputedResult {
+    const result = new ComputedResult(jobId, value);
+    result.#json = json;
+    return result;
+  }
+}
+
+/** A result read back from the cache: the bytes are authoritative, the value is parsed lazily. */
+export class StoredResult implements JobResult {
+  readonly fromCache = true;
+  #value: unknown;
+  #parsed = false;
+
+  constructor(
+    readonly jobId: string,
+    readonly bytes: Uint8Array,
+  ) {}
+
+  get value(): unknown {
+    if (!this.#parsed) {
+      this.#value = JSON.parse(
+        Buffer.from(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength).toString(
+          'utf8',
+        ),
+      );
+      this.#parsed = true;
+    }
+    return this.#value;
+  }
+
+  json(): Uint8Array {
+    return this.bytes;
+  }
+}
