@@ -7,8 +7,8 @@ import {
   type RunnableDefinition,
   ViewerCacheError,
 } from '../index.js';
+import type { AppDefinition } from './apps.js';
 import { CLINIC_USERS, clinicsWorld, seedClinics } from './demo_clinics.js';
-import type { AppDefinition } from './http.js';
 import type { ScheduleDefinition } from './scheduler.js';
 import type { ApiTokens } from './tokens.js';
 import { demoToken } from './tokens.js';

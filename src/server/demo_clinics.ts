@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Datatables, RunnableDefinition } from '../index.js';
-import type { AppDefinition } from './http.js';
+import type { AppDefinition } from './apps.js';
 
 // The second demo app: the dataset of the row-level-security guide (seeds/textql-row-level-
 // security.md). Patients carry their provider's email and their health system; an entitlements

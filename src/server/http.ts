@@ -14,6 +14,7 @@ import {
   type RunOrigin,
   ViewerCacheError,
 } from '../index.js';
+import type { Apps } from './apps.js';
 import { limitConnections } from './connection_limits.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { deferredChildLogger } from './http_logger.js';
@@ -33,20 +34,13 @@ import {
 import type { ScheduleStatus } from './scheduler.js';
 import type { ApiTokens, JobTokens, TokenIdentity } from './tokens.js';
 
-/** An app: who published it (jobs run as them), whether anonymous visitors may use it. */
-export interface AppDefinition {
-  readonly publisher: string;
-  readonly public: boolean;
-  readonly runnables: readonly string[];
-}
-
 export interface HttpDeps {
   logger: Logger;
   executor: Executor;
   cache: CachedExecutor;
   datatables: Datatables;
   /** The apps served, by name. */
-  apps: Readonly<Record<string, AppDefinition>>;
+  apps: Apps;
   /** Webhook name → runnable path. */
   hooks: Readonly<Record<string, string>>;
   /** What `GET /api/w/:workspace/schedules` reports. */
