@@ -35,6 +35,8 @@ export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migr
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
+export type { Migration, MigrationPlan } from './datatable/pg/migration_runner.js';
+export { runMigrations } from './datatable/pg/migration_runner.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,

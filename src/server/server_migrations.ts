@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { type Migration, runMigrations } from '../index.js';
 
 /**
  * The reference server's own schema. The library's catalog (`viewer_cache`) knows nothing of
@@ -7,12 +8,6 @@ import type pg from 'pg';
 export const SERVER_SCHEMA = 'viewer_cache_server';
 /** Serialises server migrations across processes ('vcserver' in ASCII). */
 const MIGRATION_LOCK = 0x7663736572766572n;
-
-interface Migration {
-  readonly version: number;
-  readonly name: string;
-  readonly statements: readonly string[];
-}
 
 /** Versioned, append-only: never edit a released migration, add the next one. */
 const MIGRATIONS: readonly Migration[] = [
@@ -100,49 +95,16 @@ const MIGRATIONS: readonly Migration[] = [
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
 /**
- * Brings the server's schema up to date; safe from many processes at once (an advisory
- * transaction lock serialises them; each migration is recorded in the transaction that applies
- * it). Refuses a schema newer than this build. Returns the versions applied by this call.
+ * Brings the server's schema up to date; safe from many processes at once (the library's
+ * migration runner: an advisory transaction lock serialises them; each migration is recorded in
+ * the transaction that applies it). Refuses a schema newer than this build. Returns the versions
+ * applied by this call.
  */
-export async function migrateServer(pool: pg.Pool): Promise<number[]> {
-  const client = await pool.connect();
-  const applied: number[] = [];
-  try {
-    await client.query('begin');
-    await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK.toString()]);
-    await client.query(`create schema if not exists ${SERVER_SCHEMA}`);
-    await client.query(
-      `create table if not exists ${SERVER_SCHEMA}.migration (
-        version int primary key,
-        name text not null,
-        applied_at timestamptz not null default now()
-      )`,
-    );
-    const { rows } = await client.query<{ version: number }>(
-      `select version from ${SERVER_SCHEMA}.migration`,
-    );
-    const done = new Set(rows.map((row) => row.version));
-    const newest = Math.max(0, ...done);
-    if (newest > LATEST_SERVER_VERSION) {
-      throw new Error(
-        `the server schema is at version ${newest}, newer than this build (${LATEST_SERVER_VERSION}): upgrade viewer-cache`,
-      );
-    }
-    for (const migration of MIGRATIONS) {
-      if (done.has(migration.version)) continue;
-      for (const statement of migration.statements) await client.query(statement);
-      await client.query(`insert into ${SERVER_SCHEMA}.migration (version, name) values ($1, $2)`, [
-        migration.version,
-        migration.name,
-      ]);
-      applied.push(migration.version);
-    }
-    await client.query('commit');
-    return applied;
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  } finally {
-    client.release();
-  }
+export function migrateServer(pool: pg.Pool): Promise<number[]> {
+  return runMigrations(pool, {
+    schema: SERVER_SCHEMA,
+    lock: MIGRATION_LOCK,
+    migrations: MIGRATIONS,
+    subject: 'the server schema',
+  });
 }

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { withPooledClient } from '../pg/pg_clients.js';
+import { type Migration, runMigrations } from '../pg/migration_runner.js';
 
 /** Schema of the catalog tables, in the catalog database. */
 export const CATALOG_SCHEMA = 'viewer_cache';
@@ -7,12 +7,6 @@ export const CATALOG_SCHEMA = 'viewer_cache';
 export const CATALOG_CHANNEL = 'viewer_cache_catalog';
 /** Advisory lock key that serialises migrations across processes ('vcmigrat' in ASCII). */
 const MIGRATION_LOCK = 0x76636d6967726174n;
-
-interface Migration {
-  readonly version: number;
-  readonly name: string;
-  readonly statements: readonly string[];
-}
 
 /**
  * Versioned, append-only. Never edit a released migration: add the next one.
@@ -161,45 +155,10 @@ export const LATEST_CATALOG_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version
  * @returns the versions applied by this call (empty when already current).
  */
 export function migrateCatalog(pool: pg.Pool): Promise<number[]> {
-  return withPooledClient(pool, (client) => migrate(client));
-}
-
-async function migrate(client: pg.PoolClient): Promise<number[]> {
-  const applied: number[] = [];
-  try {
-    await client.query('begin');
-    await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK.toString()]);
-    await client.query(`create schema if not exists ${CATALOG_SCHEMA}`);
-    await client.query(
-      `create table if not exists ${CATALOG_SCHEMA}.migration (
-        version int primary key,
-        name text not null,
-        applied_at timestamptz not null default now()
-      )`,
-    );
-    const { rows } = await client.query<{ version: number }>(
-      `select version from ${CATALOG_SCHEMA}.migration`,
-    );
-    const done = new Set(rows.map((row) => row.version));
-    const newest = Math.max(0, ...done);
-    if (newest > LATEST_CATALOG_VERSION) {
-      throw new Error(
-        `the catalog is at version ${newest}, newer than this build (${LATEST_CATALOG_VERSION}): upgrade viewer-cache`,
-      );
-    }
-    for (const migration of MIGRATIONS) {
-      if (done.has(migration.version)) continue;
-      for (const statement of migration.statements) await client.query(statement);
-      await client.query(
-        `insert into ${CATALOG_SCHEMA}.migration (version, name) values ($1, $2)`,
-        [migration.version, migration.name],
-      );
-      applied.push(migration.version);
-    }
-    await client.query('commit');
-    return applied;
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  }
+  return runMigrations(pool, {
+    schema: CATALOG_SCHEMA,
+    lock: MIGRATION_LOCK,
+    migrations: MIGRATIONS,
+    subject: 'the catalog',
+  });
 }
