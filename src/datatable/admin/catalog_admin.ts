@@ -17,7 +17,7 @@ import { LIST_MEMBERS } from '../catalog/sql/catalog_reads.js';
 import * as sql from '../catalog/sql/catalog_writes.js';
 import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
 import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
-import { LOGIN_ATTRIBUTES, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
+import { LOGIN_ATTRIBUTES, READ_ROLE_OID, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
 import { withClient, withPooledClient } from '../pg/pg_clients.js';
 import { isRoleNameTaken } from '../pg/sqlstate.js';
 
@@ -154,7 +154,7 @@ export class CatalogAdmin {
         }
         throw err;
       }
-      oid = Number((await client.query<{ oid: number }>(sql.READ_ROLE_OID, [name])).rows[0]!.oid);
+      oid = Number((await client.query<{ oid: number }>(READ_ROLE_OID, [name])).rows[0]!.oid);
       // The password is tied to the OID, which only exists now; the role is committed with it.
       const verifier = await scramVerifier(this.#options.passwords.forRole(oid, secret));
       await client.query(

@@ -9,7 +9,12 @@ import { type Logger, silentLogger } from '../../logger.js';
 import { withClient, withPooledClient } from '../pg/pg_clients.js';
 import { sqlstateOf } from '../pg/sqlstate.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
-import { LOGIN_ATTRIBUTES, ROLE_SETTINGS, TERMINATE_BACKENDS } from './sql/logins.js';
+import {
+  LOGIN_ATTRIBUTES,
+  READ_ROLE_OID,
+  ROLE_SETTINGS,
+  TERMINATE_BACKENDS,
+} from './sql/logins.js';
 import * as sql from './sql/role_set.js';
 
 /** What the logins room emits (part of `DatatablesEvents`). */
@@ -327,7 +332,7 @@ export class RoleSetProtocol {
     await this.#underLock(login, async (client) => {
       await this.#step('delete-row', login);
       await client.query(sql.DELETE_ROW, [login]);
-      const exists = (await client.query(sql.READ_LOGIN, [login])).rows.length > 0;
+      const exists = (await client.query(READ_ROLE_OID, [login])).rows.length > 0;
       if (exists) {
         const ident = pg.escapeIdentifier(login);
         await this.#step('nologin', login);

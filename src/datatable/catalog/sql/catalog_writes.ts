@@ -18,8 +18,6 @@ export const SET_DEFAULT_ROLE =
 export const READ_DATATABLE =
   'select database, default_role from viewer_cache.datatable where workspace = $1 and name = $2';
 
-export const READ_ROLE_OID = 'select oid from pg_catalog.pg_roles where rolname = $1';
-
 export const INSERT_ROLE = `
   insert into viewer_cache.role (oid, workspace, datatable, name, tenants, secret)
   values ($1, $2, $3, $4, $5, $6)`;

@@ -4,6 +4,9 @@
 export const LOGIN_ATTRIBUTES =
   'login inherit nosuperuser nocreatedb nocreaterole noreplication nobypassrls connection limit -1';
 
+/** The OID of a Postgres role (a login is one) by name; no row when there is none. */
+export const READ_ROLE_OID = 'select oid from pg_catalog.pg_roles where rolname = $1';
+
 /** Ends every session of a login but the caller's own. */
 export const TERMINATE_BACKENDS = `
   select pg_terminate_backend(pid) from pg_catalog.pg_stat_activity
@@ -45,7 +48,6 @@ export const INSPECT_LOGIN = `
     from pg_catalog.pg_roles r
    where r.rolname = $1`;
 
-/** Whether the library's connection may read pg_authid (password verifiers). */
 /** Per-login advisory lock, shared with the set-login protocol (same key space). */
 export const LOCK_LOGIN = 'select pg_advisory_lock(hashtextextended($1, 7340))';
 export const UNLOCK_LOGIN = 'select pg_advisory_unlock(hashtextextended($1, 7340))';
@@ -57,5 +59,6 @@ export const LOCK_ENABLED_ROLE = `
    where r.oid = $1 and r.enabled and not a.rolsuper and not a.rolbypassrls
      for share of r`;
 
+/** Whether the library's connection may read pg_authid (password verifiers). */
 export const CAN_READ_VERIFIERS =
   'select rolsuper from pg_catalog.pg_roles where rolname = current_user';

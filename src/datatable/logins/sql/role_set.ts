@@ -60,7 +60,6 @@ export const CREATE_LOGIN = (
   $vc_create$`;
 export const DELETE_ROW = 'delete from viewer_cache.role_set where login = $1';
 
-export const READ_LOGIN = 'select oid from pg_catalog.pg_roles where rolname = $1';
 export const READ_CATALOG_ID = 'select catalog_id from viewer_cache.generation';
 
 /**
