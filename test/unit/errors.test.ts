@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { coerceError } from '../../src/errors.js';
+import * as api from '../../src/index.js';
 import { errors, NoRolesError, RoleNotPermittedError, ViewerCacheError } from '../../src/index.js';
 
 const entries = Object.entries(errors);
@@ -52,6 +53,11 @@ describe('error catalogue', () => {
     expect(err.datatable).toBe('main');
     expect(err.role).toBe('sales_emea');
     expect(Object.keys(new NoRolesError())).not.toContain('datatable');
+  });
+
+  it.each(entries)('%s: its class is exported by name from the package entry', (_, cls) => {
+    // `catch (err) { if (err instanceof ConnectionLostError) … }` needs the class itself.
+    expect((api as Record<string, unknown>)[cls.name]).toBe(cls);
   });
 
   it('codes and class names are unique', () => {
