@@ -1,3 +1,10 @@
+/*
+ * datatable/ — data tables as the viewer. This file is the front door: createDatatables, and
+ * the service that wires the rooms together and hands each request down to them. Beside it:
+ * the public shape (datatables_api.ts), the options resolved once (datatables_options.ts) and
+ * the events (datatables_events.ts). The rooms, each importing only those beneath it:
+ * pg/ ← catalog/ ← access/ ← logins/ ← identity/ and admin/; none imports this floor.
+ */
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';

@@ -1,3 +1,10 @@
+/*
+ * datatable/access/ — who may use what: the one set of authorization rules, from which both the
+ * grant of a connection and the cache fingerprint are derived (this file); the roles whose
+ * tenants name someone (resolve_roles.ts); a job's authorization on a fresh catalog, memoised
+ * (job_authorizations.ts); and what a run depended on (run_dependencies.ts), in the grammar of
+ * dependency.ts. Reads the catalog; knows nothing of logins or connections.
+ */
 import { hash } from 'node:crypto';
 import type { DatatableRef } from '../../connector/datatable_ref.js';
 import type { EmbedViewer } from '../../embed_viewer.js';

@@ -1,3 +1,9 @@
+/*
+ * datatable/admin/ — the catalog's admin commands (datatables.admin): data tables, roles,
+ * tenants, memberships, governing tables. Each commits with a generation bump and NOTIFY. They
+ * sit above logins/: creating a role makes its managed login, disabling one retires the set
+ * logins holding it.
+ */
 // Over ~300 lines on purpose: one method per admin command, all sharing one transaction
 // helper (#change: generation bump + NOTIFY) and one role lookup; split, each half would repeat them.
 import pg from 'pg';

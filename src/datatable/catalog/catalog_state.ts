@@ -1,3 +1,11 @@
+/*
+ * datatable/catalog/ — what the catalog says, and how each process keeps it fresh: the
+ * immutable state read at one generation (this file), the snapshot that keeps it fresh through
+ * LISTEN/NOTIFY and heartbeats (catalog_snapshot.ts) with its propagation acknowledgements
+ * (propagation_acks.ts), the schema and its migrations (migrations.ts), governing tables
+ * (governing.ts), group and folder memberships (directory.ts), and its statements (sql/).
+ * Beneath every other room but pg/.
+ */
 import type pg from 'pg';
 import { withPooledClient } from '../pg/pg_clients.js';
 import type { MembershipKind, Principals } from './directory.js';

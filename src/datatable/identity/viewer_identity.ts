@@ -1,3 +1,9 @@
+/*
+ * datatable/identity/ — the viewer inside Postgres (SPEC invariant 13): installing the identity
+ * functions and keeping each connection's lease epoch (this file), the SQL they are made of
+ * (sql/identity.ts), and binding a run's viewer to the connection lent to it
+ * (viewer_binding.ts), the one place a lease and the identities meet.
+ */
 import { hash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { type Logger, silentLogger } from '../../logger.js';

@@ -1,3 +1,11 @@
+/*
+ * datatable/logins/ — connections holding exactly the granted roles: the leaser every access
+ * kind ends in (this file); the set-login protocol that creates, takes back and retires
+ * wm_set_ logins (role_set_protocol.ts); detecting and repairing a login changed behind the
+ * library's back (login_repair.ts); one pool per login, under one cap (login_pools.ts); the
+ * connection lent to a job (pooled_lease.ts); managed passwords (passwords.ts); which set logins
+ * are wanted, for gc and for preparing ahead (login_gc.ts, set_login_warmer.ts); sql/.
+ */
 import { type Logger, silentLogger } from '../../logger.js';
 import { SingleFlight } from '../../util/single_flight.js';
 import type { CatalogRole } from '../catalog/catalog_state.js';

@@ -1,3 +1,10 @@
+/*
+ * datatable/pg/ — the floor of the data-table layer: Postgres plumbing that knows no table of
+ * ours. The clients the library owns, each with an 'error' listener (this file); the SQLSTATEs
+ * the layer branches on (sqlstate.ts); the lead query that sends the library's statements in
+ * front of a run's first one (lead_query.ts); the socket that joins corked writes
+ * (coalescing_socket.ts); the migration runner (migration_runner.ts). It imports no other room.
+ */
 import pg from 'pg';
 import { isConnectionLost } from './sqlstate.js';
 
