@@ -94,12 +94,7 @@ const MIGRATIONS: readonly Migration[] = [
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
-/**
- * Brings the server's schema up to date; safe from many processes at once (the library's
- * migration runner: an advisory transaction lock serialises them; each migration is recorded in
- * the transaction that applies it). Refuses a schema newer than this build. Returns the versions
- * applied by this call.
- */
+/** Brings the server's schema up to date with the library's runner (see `runMigrations`). */
 export function migrateServer(pool: pg.Pool): Promise<number[]> {
   return runMigrations(pool, {
     schema: SERVER_SCHEMA,

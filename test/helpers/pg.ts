@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { inject, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, inject, onTestFinished } from 'vitest';
 
 /** The superuser URL of the cluster under test, pointed at `database`. */
 export function adminUrlFor(database: string): string {
@@ -26,6 +26,29 @@ export async function asAdmin<T>(
   } finally {
     await client.end();
   }
+}
+
+/**
+ * A new, empty database (not the migrated template) for this file's migration tests, with
+ * `count` one-connection superuser pools on it: created before the file's tests, its pools
+ * ended and the database dropped after them. The returned array is filled once they start.
+ */
+export function emptyDatabaseForThisFile(name: string, count: number): readonly pg.Pool[] {
+  const pools: pg.Pool[] = [];
+  beforeAll(async () => {
+    await asAdmin('postgres', (c) => c.query(`create database ${name}`));
+    for (let i = 0; i < count; i++) {
+      const pool = new pg.Pool({ connectionString: adminUrlFor(name), max: 1 });
+      // An idle connection terminated by someone else (another suite's fault test) is not a crash.
+      pool.on('error', () => {});
+      pools.push(pool);
+    }
+  });
+  afterAll(async () => {
+    await Promise.allSettled(pools.map((pool) => pool.end()));
+    await asAdmin('postgres', (c) => c.query(`drop database if exists ${name} with (force)`));
+  });
+  return pools;
 }
 
 export interface TestDatabase {

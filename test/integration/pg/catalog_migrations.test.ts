@@ -1,32 +1,17 @@
-import pg from 'pg';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import {
   LATEST_CATALOG_VERSION,
   migrateCatalog,
 } from '../../../src/datatable/catalog/migrations.js';
-import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
+import { asAdmin, emptyDatabaseForThisFile, uniquePrefix } from '../../helpers/pg.js';
 
 // The catalog's own migrations, on a fresh, empty database (not the migrated template): every
 // version applied, the catalog's tables there. The runner itself (concurrent processes, a newer
 // schema refused, a failing step rolled back) is tested once, in migration_runner.test.ts.
 
 const name = `${uniquePrefix()}fresh`;
-const pools: pg.Pool[] = [];
 
-beforeAll(async () => {
-  await asAdmin('postgres', (c) => c.query(`create database ${name}`));
-  for (let i = 0; i < 5; i++) {
-    const pool = new pg.Pool({ connectionString: adminUrlFor(name), max: 1 });
-    // An idle connection terminated by someone else (another suite's fault test) is not a crash.
-    pool.on('error', () => {});
-    pools.push(pool);
-  }
-});
-
-afterAll(async () => {
-  await Promise.allSettled(pools.map((pool) => pool.end()));
-  await asAdmin('postgres', (c) => c.query(`drop database if exists ${name} with (force)`));
-});
+const pools = emptyDatabaseForThisFile(name, 5);
 
 const versions = () =>
   asAdmin(name, async (c) =>

@@ -1,7 +1,7 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type Migration, type MigrationPlan, runMigrations } from '../../../src/index.js';
-import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
+import { adminUrlFor, asAdmin, emptyDatabaseForThisFile, uniquePrefix } from '../../helpers/pg.js';
 
 // The one migration runner, under the catalog's and the server's schemas alike: on a fresh,
 // empty database five pools race and each version is applied exactly once; a newer schema is
@@ -9,7 +9,6 @@ import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
 // is new. (catalog_migrations and server_migrations test what each schema holds.)
 
 const name = `${uniquePrefix()}runner`;
-const pools: pg.Pool[] = [];
 const SCHEMA = 'runner_test';
 
 const V1: Migration = {
@@ -32,20 +31,7 @@ const plan = (migrations: readonly Migration[]): MigrationPlan => ({
   subject: 'the test schema',
 });
 
-beforeAll(async () => {
-  await asAdmin('postgres', (c) => c.query(`create database ${name}`));
-  for (let i = 0; i < 5; i++) {
-    const pool = new pg.Pool({ connectionString: adminUrlFor(name), max: 1 });
-    // An idle connection terminated by someone else (another suite's fault test) is not a crash.
-    pool.on('error', () => {});
-    pools.push(pool);
-  }
-});
-
-afterAll(async () => {
-  await Promise.allSettled(pools.map((pool) => pool.end()));
-  await asAdmin('postgres', (c) => c.query(`drop database if exists ${name} with (force)`));
-});
+const pools = emptyDatabaseForThisFile(name, 5);
 
 const recorded = () =>
   asAdmin(name, async (c) =>
