@@ -10,8 +10,17 @@ export const DATATABLE_VIEWER_ROLE = '@viewer';
 /** Prefix of the logins that hold a set of roles (`wm_set_<hash>`); reserved. */
 export const ROLE_SET_LOGIN_PREFIX = 'wm_set_';
 
-/** What `ctx.datatable(name, request)` accepts: the viewer, a named role, or the default. */
-export type DatatableRequest = { as: 'viewer' } | { role: string } | Record<string, never>;
+/** Spelling of a narrowed viewer request as a role name: the marker, `:`, the roles. */
+const NARROWED_ROLE_PREFIX = `${DATATABLE_VIEWER_ROLE}:`;
+
+/**
+ * What `ctx.datatable(name, request)` accepts: the viewer (optionally narrowed to some of their
+ * roles), a named role, or the default.
+ */
+export type DatatableRequest =
+  | { as: 'viewer'; roles?: readonly string[] }
+  | { role: string }
+  | Record<string, never>;
 
 /** How a reference asks to connect. */
 export type DatatableAccess =
@@ -20,7 +29,13 @@ export type DatatableAccess =
   /** A named role the job's runner must be allowed to use. */
   | { readonly kind: 'role'; readonly role: string }
   /** Exactly the data-table roles of the job's viewer. */
-  | { readonly kind: 'viewer' };
+  | { readonly kind: 'viewer' }
+  /**
+   * The job's viewer, narrowed: those of the viewer's roles that `roles` names, and no others
+   * (`?as=viewer&roles=a,b`). At least one name, sorted, distinct. A kind of its own, not a field
+   * on `viewer`: a connector that predates it cannot mistake it for the viewer's full roles.
+   */
+  | { readonly kind: 'narrowed'; readonly roles: readonly string[] };
 
 export interface DatatableRef {
   readonly name: string;
@@ -42,11 +57,14 @@ const RESERVED_ROLES = new Set([
 ]);
 
 /**
- * Parses `datatable://NAME`, `datatable://NAME?role=ROLE` or `datatable://NAME?as=viewer`.
+ * Parses `datatable://NAME`, `datatable://NAME?role=ROLE`, `datatable://NAME?as=viewer` or
+ * `datatable://NAME?as=viewer&roles=ROLE,ROLE…` (the viewer narrowed to those of their roles).
  *
  * Strict on purpose: an unknown or repeated parameter, both `as` and `role`, `as=` anything but
- * `viewer`, an empty name, a fragment or a bad `%` escape is an error — so a parser that predates a
- * parameter refuses the reference instead of quietly connecting as the default role.
+ * `viewer`, `roles=` without `as=viewer`, an empty name or list item, a fragment or a bad `%`
+ * escape is an error — so a parser that predates a parameter refuses the reference instead of
+ * quietly connecting as the default role (or, for `roles=`, as the viewer's full roles: a parser
+ * without it refuses it as an unknown parameter).
  *
  * @throws {InvalidDatatableRefError}
  * @throws {InvalidRoleNameError} when `role=` names a reserved or unsafe role.
@@ -67,15 +85,20 @@ export function parseDatatableRef(ref: string): DatatableRef {
   const query = rest.slice(q + 1);
   if (query.length === 0) throw bad('empty query after ?');
   const params = new Map<string, string>();
+  let roles: string[] | undefined;
   for (const pair of query.split('&')) {
     const eq = pair.indexOf('=');
     if (eq <= 0) throw bad('each parameter must be key=value');
     const key = pair.slice(0, eq);
-    if (key !== 'as' && key !== 'role') throw bad('unknown parameter (only as= or role=)');
+    if (key !== 'as' && key !== 'role' && key !== 'roles')
+      throw bad('unknown parameter (only as=, role= or roles=)');
     if (params.has(key)) throw bad(`parameter ${key} is repeated`);
-    params.set(key, decodeParam(pair.slice(eq + 1)));
+    const raw = pair.slice(eq + 1);
+    // The list is split before decoding: an escaped comma is part of a name (and refused there).
+    if (key === 'roles') roles = raw.split(',').map(decodeParam);
+    params.set(key, key === 'roles' ? raw : decodeParam(raw));
   }
-  return { name, access: accessOf(params.get('as'), params.get('role')) };
+  return { name, access: accessOf(params.get('as'), params.get('role'), roles) };
 }
 
 /**
@@ -95,22 +118,46 @@ export function datatableRefOf(name: string, request: DatatableRequest = {}): Da
   if (request === null || typeof request !== 'object') {
     throw bad('the datatable() request must be an object: { as: "viewer" }, { role } or {}');
   }
-  const { as, role, ...rest } = request as { as?: unknown; role?: unknown };
-  if (Object.keys(rest).length > 0) throw bad('unknown datatable() option (only as or role)');
+  const { as, role, roles, ...rest } = request as {
+    as?: unknown;
+    role?: unknown;
+    roles?: unknown;
+  };
+  if (Object.keys(rest).length > 0)
+    throw bad('unknown datatable() option (only as, roles or role)');
   if (role !== undefined && typeof role !== 'string') throw bad('role must be a string');
   if (as !== undefined && typeof as !== 'string') throw bad("as only accepts 'viewer'");
-  return { name, access: accessOf(as, role) };
+  if (roles !== undefined && !(Array.isArray(roles) && roles.every((r) => typeof r === 'string')))
+    throw bad('roles must be an array of role names');
+  return { name, access: accessOf(as, role, roles as string[] | undefined) };
 }
 
-/** The as/role rules, once: at most one of the two; `as` is only `viewer`; `role` a valid name. */
-function accessOf(as: string | undefined, role: string | undefined): DatatableAccess {
+/**
+ * The as/role/roles rules, once: at most one of `as` and `role`; `as` is only `viewer`; `role`
+ * a valid name; `roles` only with `as=viewer`, a non-empty list of valid names (sorted and
+ * deduplicated: one request, one spelling).
+ */
+function accessOf(
+  as: string | undefined,
+  role: string | undefined,
+  roles: readonly string[] | undefined,
+): DatatableAccess {
   if (as !== undefined && role !== undefined) throw bad('give either as=viewer or role=, not both');
+  if (roles !== undefined && as === undefined) throw bad('roles= narrows as=viewer: give both');
   if (as !== undefined) {
     if (as !== 'viewer') throw bad('as= only accepts viewer');
-    return { kind: 'viewer' };
+    if (roles === undefined) return { kind: 'viewer' };
+    return { kind: 'narrowed', roles: narrowedRoles(roles) };
   }
   if (role !== undefined) return { kind: 'role', role: validateRoleName(role) };
   return { kind: 'default' };
+}
+
+/** A narrowing's role list, checked and in its one canonical order. */
+function narrowedRoles(roles: readonly string[]): readonly string[] {
+  if (roles.length === 0) throw bad('roles= names at least one role');
+  for (const role of roles) validateRoleName(role);
+  return Object.freeze([...new Set(roles)].sort());
 }
 
 /** The canonical text of a reference; `parseDatatableRef(formatDatatableRef(r))` equals `r`. */
@@ -121,21 +168,48 @@ export function formatDatatableRef(ref: DatatableRef): string {
       return base;
     case 'viewer':
       return `${base}?as=viewer`;
+    case 'narrowed':
+      return `${base}?as=viewer&roles=${ref.access.roles.join(',')}`;
     case 'role':
       return `${base}?role=${ref.access.role}`;
   }
 }
 
-/** The access spelt as one role name, for protocols that pass a role on; see {@link DATATABLE_VIEWER_ROLE}. */
+/**
+ * The access spelt as one role name, for protocols that pass a role on: a named role is itself,
+ * the viewer is {@link DATATABLE_VIEWER_ROLE}, the narrowed viewer is that marker followed by `:`
+ * and the sorted roles (`@viewer:provider,system_admin`). {@link validateRoleName} refuses both
+ * markers, so no real role can have them, and a peer that predates either refuses it.
+ */
 export function accessToRoleName(access: DatatableAccess): string | null {
-  if (access.kind === 'viewer') return DATATABLE_VIEWER_ROLE;
-  return access.kind === 'role' ? access.role : null;
+  switch (access.kind) {
+    case 'default':
+      return null;
+    case 'viewer':
+      return DATATABLE_VIEWER_ROLE;
+    case 'narrowed':
+      return NARROWED_ROLE_PREFIX + access.roles.join(',');
+    case 'role':
+      return access.role;
+  }
 }
 
-/** Inverse of {@link accessToRoleName}: the marker is the viewer, anything else must be a valid role. */
+/**
+ * Inverse of {@link accessToRoleName}: the markers are the viewer (narrowed or not), anything
+ * else must be a valid role. A narrowed spelling must be the canonical one (sorted, distinct):
+ * it is machine-made, so anything else is refused rather than read two ways.
+ */
 export function accessFromRoleName(role: string | null): DatatableAccess {
   if (role === null) return { kind: 'default' };
   if (role === DATATABLE_VIEWER_ROLE) return { kind: 'viewer' };
+  if (typeof role === 'string' && role.startsWith(NARROWED_ROLE_PREFIX)) {
+    const listed = role.slice(NARROWED_ROLE_PREFIX.length).split(',');
+    for (const name of listed) validateRoleName(name);
+    const roles = narrowedRoles(listed);
+    if (roles.join(',') !== listed.join(','))
+      throw badRole('a narrowed request lists its roles sorted, each once');
+    return { kind: 'narrowed', roles };
+  }
   return { kind: 'role', role: validateRoleName(role) };
 }
 
@@ -149,7 +223,8 @@ export function accessFromRoleName(role: string | null): DatatableAccess {
 export function validateRoleName(name: string): string {
   if (typeof name !== 'string' || name.length === 0)
     throw badRole('a role name must be a non-empty string');
-  if (name === DATATABLE_VIEWER_ROLE) throw badRole('that name is reserved for the viewer request');
+  if (name === DATATABLE_VIEWER_ROLE || name.startsWith(NARROWED_ROLE_PREFIX))
+    throw badRole('that name is reserved for the viewer request');
   if (!ROLE_RE.test(name)) {
     throw badRole('a role name is lowercase letters, digits and _, not starting with a digit');
   }

@@ -199,8 +199,9 @@ class DatatableService implements Datatables {
       let lease = await this.#leaser.lease(roles, datatable.database);
       if (this.#binding !== null) {
         // grant() refused `?as=viewer` for a run with no viewer: here there is one.
+        // A narrowed viewer request is the viewer too: fewer roles, the same identity.
         lease =
-          ref.access.kind === 'viewer'
+          access === 'viewer' || access === 'narrowed'
             ? await this.#binding.bind(lease, datatable.database, viewerIdentityOf(job.perms))
             : this.#binding.bind(lease, datatable.database, null);
       }

@@ -35,6 +35,11 @@ export interface RunContext {
   /**
    * A connection to data table `name`, lent for the rest of this job: `{ as: 'viewer' }` holds
    * exactly the viewer's roles, `{ role }` one named role, `{}` the data table's default role.
+   * `{ as: 'viewer', roles: ['provider'] }` narrows the viewer's connection to those of their
+   * roles that it names (the viewer's identity still bound): only those roles' privileges and
+   * policies apply, the runnable cannot widen back (`SET ROLE`, `RESET ROLE`), a viewer holding
+   * none of them is refused with `E_ROLE_REQUIRED` before any query, and a name that is no role
+   * of the data table with `E_UNKNOWN_ROLE`. The same as `datatable://NAME?as=viewer&roles=…`.
    */
   datatable(name: string, request?: DatatableRequest): Promise<DatatableClient>;
   /**
@@ -71,7 +76,7 @@ export interface TsRunnable {
 /** A SQL script whose `database` argument is a data-table reference. Its result is the rows. */
 export interface SqlRunnable {
   readonly kind: 'sql';
-  /** e.g. `datatable://main?as=viewer`. */
+  /** e.g. `datatable://main?as=viewer`, or `datatable://main?as=viewer&roles=provider`. */
   readonly database: string;
   /** One statement, with `$1…$n` placeholders. */
   readonly sql: string;

@@ -196,6 +196,11 @@ const REFS: DatatableRef[] = [...NAMES, 'missing'].flatMap((name) => [
   ...['r1', 'r2', 'r3', 'r4', 'r9', 'admin', 'nobody'].map(
     (role) => ({ name, access: { kind: 'role', role } }) as const,
   ),
+  // Narrowed viewer requests have no fingerprint part of their own: the property below checks
+  // that the rest of the fingerprint covers them.
+  ...[['r1'], ['r1', 'r2'], ['r2', 'r3', 'r4'], ['r9'], ['nobody', 'r1'], ['admin']].map(
+    (roles) => ({ name, access: { kind: 'narrowed', roles } }) as const,
+  ),
 ]);
 
 function outcomes(authorization: JobAuthorization): string[] {
@@ -283,6 +288,68 @@ describe('JobAuthorization: one source for the connection and the fingerprint', 
     );
     expect(() => viewer.grant({ name: 'main', access: { kind: 'role', role: 'admin' } })).toThrow(
       expect.objectContaining({ code: 'E_ROLE_NOT_PERMITTED', role: 'admin' }),
+    );
+  });
+
+  it('a narrowed viewer request grants the viewer roles it names, and nothing else', () => {
+    const role = (oid: number, name: string, tenants: string[], datatable = 'main') => ({
+      oid,
+      datatable,
+      name,
+      enabled: true,
+      version: 0,
+      safe: true,
+      tenants,
+    });
+    const state = stateOf({
+      datatables: [
+        { name: 'main', database: 'db1', defaultRole: null },
+        { name: 'other', database: 'db2', defaultRole: null },
+      ],
+      roles: [
+        role(101, 'provider', ['group:g1']),
+        role(102, 'system_admin', ['group:g2']),
+        role(103, 'auditor', [`user:${RUNNER}`]),
+        role(104, 'elsewhere', ['*'], 'other'),
+      ],
+      memberships: [
+        { email: VIEWER, kind: 'group', name: 'g1' },
+        { email: VIEWER, kind: 'group', name: 'g2' },
+      ],
+    });
+    const narrowed = (...roles: string[]): DatatableRef => ({
+      name: 'main',
+      access: { kind: 'narrowed', roles },
+    });
+    const viewer = authorizationOf(state, VIEWER);
+    const oids = (ref: DatatableRef, of = viewer) => of.grant(ref).roles.map((r) => r.oid);
+    expect(oids({ name: 'main', access: { kind: 'viewer' } })).toEqual([101, 102]);
+    expect(oids(narrowed('provider'))).toEqual([101]);
+    expect(oids(narrowed('provider', 'system_admin'))).toEqual([101, 102]);
+    // Holding only some of the named roles gives the held ones.
+    expect(oids(narrowed('auditor', 'system_admin'))).toEqual([102]);
+    // Holding none of them: refused, never widened to the viewer's other roles.
+    expect(() => viewer.grant(narrowed('auditor'))).toThrow(
+      expect.objectContaining({ code: 'E_ROLE_REQUIRED', datatable: 'main' }),
+    );
+    // A name that is no role of this data table: the runnable's mistake, said so.
+    for (const name of ['nobody', 'elsewhere']) {
+      expect(() => viewer.grant(narrowed('provider', name))).toThrow(
+        expect.objectContaining({ code: 'E_UNKNOWN_ROLE', role: name }),
+      );
+    }
+    expect(() => authorizationOf(state, null).grant(narrowed('provider'))).toThrow(
+      expect.objectContaining({ code: 'E_NO_VIEWER' }),
+    );
+    // A scoped key: the viewer's roles within the scope, then the narrowing.
+    const scoped = authorizationOf(state, VIEWER, [102]);
+    expect(oids(narrowed('provider', 'system_admin'), scoped)).toEqual([102]);
+    expect(() => scoped.grant(narrowed('provider'))).toThrow(
+      expect.objectContaining({ code: 'E_ROLE_REQUIRED' }),
+    );
+    // The runner's roles play no part: the runner holds auditor, the viewer does not.
+    expect(() => authorizationOf(state, VIEWER).grant(narrowed('auditor'))).toThrow(
+      expect.objectContaining({ code: 'E_ROLE_REQUIRED' }),
     );
   });
 

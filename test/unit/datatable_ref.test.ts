@@ -13,6 +13,7 @@ import {
   validateRoleName,
 } from '../../src/connector/datatable_ref.js';
 import { InvalidDatatableRefError } from '../../src/errors.js';
+import * as before from '../fixtures/datatable_ref_before_narrowing.js';
 
 // SPEC invariants 6 and 9: the reference grammar is strict, and role names reserve `admin`, the
 // `wm_set_` prefix and the viewer marker.
@@ -100,6 +101,26 @@ describe('parseDatatableRef refuses', () => {
     ['role=a.b', 'datatable://main?role=a.b', ROLE],
     ['role=a-b', 'datatable://main?role=a-b', ROLE],
     ['a 64-character role', `datatable://main?role=${'r'.repeat(64)}`, ROLE],
+    // Narrowing: roles= only beside as=viewer, a list of valid names.
+    ['roles= alone', 'datatable://main?roles=provider', REF],
+    ['roles= beside role=', 'datatable://main?role=sales&roles=sales', REF],
+    ['roles= beside as=viewer and role=', 'datatable://main?as=viewer&role=a&roles=a', REF],
+    ['roles= (empty)', 'datatable://main?as=viewer&roles=', REF],
+    ['a repeated roles=', 'datatable://main?as=viewer&roles=a&roles=b', REF],
+    ['an empty item', 'datatable://main?as=viewer&roles=a,,b', REF],
+    ['a trailing comma', 'datatable://main?as=viewer&roles=a,', REF],
+    ['a leading comma', 'datatable://main?as=viewer&roles=,a', REF],
+    ['a lone comma', 'datatable://main?as=viewer&roles=,', REF],
+    ['as=admin beside roles=', 'datatable://main?as=admin&roles=a', REF],
+    ['a parameter in another case', 'datatable://main?as=viewer&ROLES=a', REF],
+    ['role (singular) beside as', 'datatable://main?as=viewer&role=a', REF],
+    ['a space after a comma', 'datatable://main?as=viewer&roles=a,%20b', ROLE],
+    ['an escaped comma', 'datatable://main?as=viewer&roles=a%2Cb', ROLE],
+    ['roles=admin', 'datatable://main?as=viewer&roles=admin', ROLE],
+    ['roles=…,wm_set_…', 'datatable://main?as=viewer&roles=a,wm_set_x', ROLE],
+    ['roles=%40viewer', 'datatable://main?as=viewer&roles=%40viewer', ROLE],
+    ['roles=Provider', 'datatable://main?as=viewer&roles=Provider', ROLE],
+    ['roles=pg_…', 'datatable://main?as=viewer&roles=pg_read_all_data', ROLE],
   ];
   for (const [why, ref, code] of refused) {
     it(`${why}: ${JSON.stringify(ref)} → ${code}`, () => {
@@ -114,7 +135,7 @@ describe('parseDatatableRef refuses', () => {
   });
 });
 
-describe('parseDatatableRef accepts exactly the three forms', () => {
+describe('parseDatatableRef accepts exactly the four forms', () => {
   const accepted: [string, DatatableRef][] = [
     ['datatable://main', { name: 'main', access: { kind: 'default' } }],
     ['datatable://m', { name: 'm', access: { kind: 'default' } }],
@@ -130,6 +151,18 @@ describe('parseDatatableRef accepts exactly the three forms', () => {
     [
       `datatable://main?role=${'r'.repeat(63)}`,
       { name: 'main', access: { kind: 'role', role: 'r'.repeat(63) } },
+    ],
+    [
+      'datatable://clinics?as=viewer&roles=provider',
+      { name: 'clinics', access: { kind: 'narrowed', roles: ['provider'] } },
+    ],
+    [
+      'datatable://clinics?roles=system_admin,provider&as=viewer',
+      { name: 'clinics', access: { kind: 'narrowed', roles: ['provider', 'system_admin'] } },
+    ],
+    [
+      'datatable://clinics?as=viewer&roles=b,a,b,%61',
+      { name: 'clinics', access: { kind: 'narrowed', roles: ['a', 'b'] } },
     ],
   ];
   for (const [ref, parsed] of accepted) {
@@ -192,6 +225,8 @@ describe('format, and the role-name spelling of an access', () => {
     { name: 'main', access: { kind: 'default' } },
     { name: 'main', access: { kind: 'viewer' } },
     { name: 'orders_db', access: { kind: 'role', role: 'sales_emea' } },
+    { name: 'clinics', access: { kind: 'narrowed', roles: ['provider'] } },
+    { name: 'clinics', access: { kind: 'narrowed', roles: ['provider', 'system_admin'] } },
   ];
 
   it('formatDatatableRef round-trips through parseDatatableRef', () => {
@@ -199,16 +234,30 @@ describe('format, and the role-name spelling of an access', () => {
       'datatable://main',
       'datatable://main?as=viewer',
       'datatable://orders_db?role=sales_emea',
+      'datatable://clinics?as=viewer&roles=provider',
+      'datatable://clinics?as=viewer&roles=provider,system_admin',
     ]);
     for (const ref of refs) expect(parseDatatableRef(formatDatatableRef(ref))).toEqual(ref);
+    // Any spelling of one narrowing formats to the one canonical text.
+    expect(
+      formatDatatableRef(
+        parseDatatableRef('datatable://clinics?roles=system_admin,provider,provider&as=viewer'),
+      ),
+    ).toBe('datatable://clinics?as=viewer&roles=provider,system_admin');
   });
 
   it('accessToRoleName / accessFromRoleName round-trip, the viewer as the marker', () => {
     expect(accessToRoleName({ kind: 'default' })).toBeNull();
     expect(accessToRoleName({ kind: 'viewer' })).toBe(DATATABLE_VIEWER_ROLE);
     expect(accessToRoleName({ kind: 'role', role: 'sales' })).toBe('sales');
-    for (const { access } of refs)
+    expect(accessToRoleName({ kind: 'narrowed', roles: ['provider', 'system_admin'] })).toBe(
+      '@viewer:provider,system_admin',
+    );
+    for (const { access } of refs) {
       expect(accessFromRoleName(accessToRoleName(access))).toEqual(access);
+      const name = accessToRoleName(access);
+      if (name !== null) expect(accessToRoleName(accessFromRoleName(name))).toBe(name);
+    }
     expect(accessFromRoleName(DATATABLE_VIEWER_ROLE)).toEqual({ kind: 'viewer' });
     expect(accessFromRoleName(null)).toEqual({ kind: 'default' });
   });
@@ -220,15 +269,94 @@ describe('format, and the role-name spelling of an access', () => {
     // The marker is not a role name, so a peer that only knows roles refuses it.
     expect(codeOf(() => validateRoleName(DATATABLE_VIEWER_ROLE))).toBe(ROLE);
   });
+
+  it('the narrowed spelling: no real role can have it, and only its canonical form is read', () => {
+    for (const name of [
+      '@viewer:provider',
+      '@viewer:provider,system_admin',
+      '@viewer:',
+      '@viewer:,',
+    ]) {
+      expect(
+        codeOf(() => validateRoleName(name)),
+        name,
+      ).toBe(ROLE);
+    }
+    for (const name of [
+      '@viewer:',
+      '@viewer:,',
+      '@viewer:a,',
+      '@viewer:,a',
+      '@viewer:b,a', // not sorted
+      '@viewer:a,a', // not distinct
+      '@viewer:admin',
+      '@viewer:a,wm_set_x',
+      '@viewer:a b',
+      '@viewer:Provider',
+      '@viewer::a',
+    ]) {
+      expect(
+        codeOf(() => accessFromRoleName(name)),
+        name,
+      ).toBe(ROLE);
+    }
+  });
+});
+
+describe('a parser that predates narrowing refuses it (SPEC invariant 9)', () => {
+  // test/fixtures/datatable_ref_before_narrowing.ts is the grammar of 026af5f, verbatim.
+  const narrowed = [
+    'datatable://clinics?as=viewer&roles=provider',
+    'datatable://clinics?as=viewer&roles=provider,system_admin',
+    'datatable://clinics?roles=provider&as=viewer',
+  ];
+
+  it.each(narrowed)('the old parseDatatableRef refuses %s as an unknown parameter', (ref) => {
+    expect(codeOf(() => before.parseDatatableRef(ref))).toBe(REF);
+    expect(() => before.parseDatatableRef(ref)).toThrow(/unknown parameter/);
+    // …and the new one reads the narrowing, never the viewer's full roles.
+    expect(parseDatatableRef(ref).access.kind).toBe('narrowed');
+  });
+
+  it('the old role-name decoding refuses the narrowed spelling instead of reading a role', () => {
+    for (const ref of narrowed) {
+      const name = accessToRoleName(parseDatatableRef(ref).access)!;
+      expect(
+        codeOf(() => before.accessFromRoleName(name)),
+        name,
+      ).toBe(ROLE);
+    }
+  });
+
+  it('what the old parser accepted, the new one reads the same way', () => {
+    for (const ref of [
+      'datatable://main',
+      'datatable://main?as=viewer',
+      'datatable://main?role=sales_emea',
+      'datatable://main?role=%73ales',
+    ]) {
+      expect(parseDatatableRef(ref)).toEqual(before.parseDatatableRef(ref));
+    }
+    for (const name of [null, DATATABLE_VIEWER_ROLE, 'sales']) {
+      expect(accessFromRoleName(name)).toEqual(before.accessFromRoleName(name));
+    }
+  });
 });
 
 describe('property: whatever string is parsed, only the documented forms come out', () => {
   /** The accepted input grammar, written out by hand (percent-escapes allowed in values). */
   const VALUE = '(?:[A-Za-z0-9_.~-]|%[0-9A-Fa-f]{2})+';
   const INPUT_RE = new RegExp(`^datatable://([a-z][a-z0-9_]{0,62})(?:\\?(as|role)=(${VALUE}))?$`);
-  /** The canonical text of each of the three forms. */
-  const CANONICAL_RE =
-    /^datatable:\/\/[a-z][a-z0-9_]{0,62}(?:\?as=viewer|\?role=[a-z_][a-z0-9_]{0,62})?$/;
+  /** The narrowed form, its two parameters in either order. */
+  const LIST = `${VALUE}(?:,${VALUE})*`;
+  const NARROWED_INPUT_RE = new RegExp(
+    `^datatable://([a-z][a-z0-9_]{0,62})\\?(?:as=(${VALUE})&roles=(${LIST})|roles=(${LIST})&as=(${VALUE}))$`,
+  );
+  const ROLE_NAME = '[a-z_][a-z0-9_]{0,62}';
+  /** The canonical text of each of the four forms. */
+  const CANONICAL_RE = new RegExp(
+    `^datatable://[a-z][a-z0-9_]{0,62}(?:\\?as=viewer|\\?role=${ROLE_NAME}|\\?as=viewer&roles=${ROLE_NAME}(?:,${ROLE_NAME})*)?$`,
+  );
   const RESERVED = new Set([
     'admin',
     'public',
@@ -256,6 +384,20 @@ describe('property: whatever string is parsed, only the documented forms come ou
       expect(access.role).toMatch(/^[a-z_][a-z0-9_]{0,62}$/);
       expect(RESERVED.has(access.role) || access.role.startsWith('wm_set_')).toBe(false);
       expect(access.role.startsWith('pg_')).toBe(false);
+    } else if (access.kind === 'narrowed') {
+      expect(Object.keys(access).sort()).toEqual(['kind', 'roles']);
+      expect(access.roles.length).toBeGreaterThan(0);
+      expect([...access.roles]).toEqual([...new Set(access.roles)].sort());
+      for (const role of access.roles) expect(validateRoleName(role)).toBe(role);
+      const n = NARROWED_INPUT_RE.exec(input);
+      expect(n, `accepted input outside the grammar: ${JSON.stringify(input)}`).not.toBeNull();
+      expect(parsed.name).toBe(n![1]);
+      expect(decodeURIComponent(n![2] ?? n![5]!)).toBe('viewer');
+      const listed = (n![3] ?? n![4]!).split(',').map((item) => decodeURIComponent(item));
+      expect([...access.roles]).toEqual([...new Set(listed)].sort());
+      expect(parseDatatableRef(formatDatatableRef(parsed))).toEqual(parsed);
+      expect(formatDatatableRef(parsed)).toMatch(CANONICAL_RE);
+      return;
     } else {
       expect(['default', 'viewer']).toContain(access.kind);
       expect(Object.keys(access)).toEqual(['kind']);
@@ -294,6 +436,9 @@ describe('property: whatever string is parsed, only the documented forms come ou
     '%',
     'as',
     'role',
+    'roles',
+    ',',
+    '?as=viewer&roles=',
     'viewer',
     'Viewer',
     'admin',
@@ -335,10 +480,29 @@ describe('property: whatever string is parsed, only the documented forms come ou
       fc.stringMatching(/^[a-z][a-z0-9_]{0,5}$/),
       fc.option(
         fc.tuple(
-          fc.constantFrom('?as=', '?role=', '?as=viewer&role=', '?role=x&as=', '?'),
+          fc.constantFrom(
+            '?as=',
+            '?role=',
+            '?as=viewer&role=',
+            '?role=x&as=',
+            '?',
+            '?as=viewer&roles=',
+            '?roles=',
+            '?roles=a,b&as=',
+            '?as=viewer&roles=a,',
+          ),
           fc.oneof(
-            fc.constantFrom('viewer', 'sales', 'admin', '%40viewer', 'wm_set_a', ''),
-            fc.stringMatching(/^[a-z_%0-9A-F]{0,8}$/),
+            fc.constantFrom(
+              'viewer',
+              'sales',
+              'admin',
+              '%40viewer',
+              'wm_set_a',
+              '',
+              'a,b',
+              'b,a,b',
+            ),
+            fc.stringMatching(/^[a-z_%0-9A-F,]{0,8}$/),
           ),
         ),
       ),
@@ -380,11 +544,23 @@ describe('property: whatever string is parsed, only the documented forms come ou
             (role) => !RESERVED.has(role) && !role.startsWith('wm_set_') && !role.startsWith('pg_'),
           )
           .map((role): DatatableAccess => ({ kind: 'role', role })),
+        fc
+          .uniqueArray(
+            fc
+              .stringMatching(/^[a-z_][a-z0-9_]{0,62}$/)
+              .filter(
+                (role) =>
+                  !RESERVED.has(role) && !role.startsWith('wm_set_') && !role.startsWith('pg_'),
+              ),
+            { minLength: 1, maxLength: 5 },
+          )
+          .map((roles): DatatableAccess => ({ kind: 'narrowed', roles: roles.sort() })),
       ),
     });
     fc.assert(
       fc.property(ref, (r) => {
         expect(parseDatatableRef(formatDatatableRef(r))).toEqual(r);
+        expect(accessFromRoleName(accessToRoleName(r.access))).toEqual(r.access);
       }),
       { numRuns: 2000 },
     );
@@ -396,6 +572,11 @@ describe('datatableRefOf: ctx.datatable asks for exactly what a reference can', 
     [{}, 'datatable://main'],
     [{ as: 'viewer' }, 'datatable://main?as=viewer'],
     [{ role: 'sales_emea' }, 'datatable://main?role=sales_emea'],
+    [{ as: 'viewer', roles: ['provider'] }, 'datatable://main?as=viewer&roles=provider'],
+    [
+      { as: 'viewer', roles: ['system_admin', 'provider'] },
+      'datatable://main?as=viewer&roles=provider,system_admin',
+    ],
   ] as const)('%j is the reference %s', (request, text) => {
     expect(datatableRefOf('main', request as DatatableRequest)).toEqual(parseDatatableRef(text));
   });
@@ -409,6 +590,17 @@ describe('datatableRefOf: ctx.datatable asks for exactly what a reference can', 
     ['the viewer marker as a role', { role: DATATABLE_VIEWER_ROLE }, 'InvalidRoleNameError'],
     ['a set login as a role', { role: 'wm_set_abc' }, 'InvalidRoleNameError'],
     ['a request that is not an object', 'viewer', 'InvalidDatatableRefError'],
+    ['roles without as', { roles: ['provider'] }, 'InvalidDatatableRefError'],
+    ['roles beside role', { role: 'x', roles: ['x'] }, 'InvalidDatatableRefError'],
+    ['an empty roles list', { as: 'viewer', roles: [] }, 'InvalidDatatableRefError'],
+    ['roles that is not a list', { as: 'viewer', roles: 'provider' }, 'InvalidDatatableRefError'],
+    ['a non-string in roles', { as: 'viewer', roles: ['a', 1] }, 'InvalidDatatableRefError'],
+    ['a reserved name in roles', { as: 'viewer', roles: ['admin'] }, 'InvalidRoleNameError'],
+    [
+      'the viewer marker in roles',
+      { as: 'viewer', roles: [DATATABLE_VIEWER_ROLE] },
+      'InvalidRoleNameError',
+    ],
   ])('refuses %s', (_what, request, name) => {
     expect(() => datatableRefOf('main', request as unknown as DatatableRequest)).toThrow(
       expect.objectContaining({ name }),

@@ -254,6 +254,15 @@ function runnables(gate: Gate): Record<string, RunnableDefinition> {
       fn: (_args, ctx) => after(() => read(ctx, 'tb', { role: 'b1' })),
     },
     defaultA: { cacheTtlS: 60, fn: async (_args, ctx) => read(ctx, 'ta', {}) },
+    // Narrowed to some of the viewer's roles: an answer of its own, not the viewer's.
+    narrowA: {
+      cacheTtlS: 60,
+      fn: (_args, ctx) => after(() => read(ctx, 'ta', { as: 'viewer', roles: ['a1'] })),
+    },
+    narrowBoth: {
+      cacheTtlS: 60,
+      fn: (_args, ctx) => after(() => read(ctx, 'ta', { as: 'viewer', roles: ['a1', 'a2'] })),
+    },
     branch: {
       cacheTtlS: 60,
       fn: async (_args, ctx) => {
@@ -272,7 +281,17 @@ function runnables(gate: Gate): Record<string, RunnableDefinition> {
     },
   };
 }
-const PATHS = ['none', 'a', 'b', 'runnerRole', 'defaultA', 'branch', 'parent'];
+const PATHS = [
+  'none',
+  'a',
+  'b',
+  'runnerRole',
+  'defaultA',
+  'narrowA',
+  'narrowBoth',
+  'branch',
+  'parent',
+];
 
 const opArb = fc.oneof(
   fc.record({
@@ -298,7 +317,7 @@ function undo(current: Config, earlier: Config): Config {
 }
 
 /** Runnables that consult the catalog once: any result of theirs matches one state. */
-const SINGLE = new Set(['none', 'a', 'b', 'runnerRole', 'defaultA']);
+const SINGLE = new Set(['none', 'a', 'b', 'runnerRole', 'defaultA', 'narrowA', 'narrowBoth']);
 
 function jobFor(executor: Executor, path: string, viewer: number): Job {
   return executor.createJob({
@@ -433,4 +452,71 @@ describe('the fingerprint over what a run depended on (randomized interleavings)
     expect(served).toBeGreaterThan(500);
     expect(hitsAfterChange).toBeGreaterThan(300);
   }, 60_000);
+});
+
+describe('a narrowed viewer request in the fingerprint', () => {
+  /** The cached executor over a catalog the test changes, and a job per runnable for v1. */
+  function world() {
+    let config: Config = structuredClone(INITIAL);
+    let state = stateOf(config);
+    const dependencies = new RunDependencies((job) => authorizationOf(state, job));
+    const open = async () => {};
+    const executor = createExecutor({
+      runnables: runnables(open),
+      datatables: connectorOver(() => state, dependencies),
+    });
+    const cached = withResultCache(executor, {
+      store: new MemoryCacheStore(),
+      fingerprint: Object.assign((job: Job) => dependencies.fingerprint(job), {
+        track: (job: Job) => dependencies.track(job),
+      }),
+    });
+    const run = (path: string) => cached.run(jobFor(executor, path, 0));
+    const set = (edit: (c: Config) => void) => {
+      config = structuredClone(config);
+      edit(config);
+      state = stateOf(config);
+    };
+    const fingerprint = (path: string) => dependencies.fingerprint(jobFor(executor, path, 0));
+    return { run, set, fingerprint };
+  }
+  const a2 = (c: Config) => c.roles.find((r) => r.name === 'a2')!;
+  const a1 = (c: Config) => c.roles.find((r) => r.name === 'a1')!;
+
+  it('is keyed apart from the unnarrowed request, and a change invalidates exactly what it alters', async () => {
+    const { run, set, fingerprint } = world();
+    // v1 holds a1 (through g1) only: both requests are granted the same role…
+    for (const path of ['a', 'narrowA', 'narrowBoth']) {
+      expect((await run(path)).fromCache).toBe(false);
+      expect((await run(path)).fromCache).toBe(true);
+    }
+    expect((await run('narrowA')).value).toEqual((await run('a')).value);
+    // …yet each is its own question: no fingerprint stands for another.
+    const [wide, narrow, both] = await Promise.all(
+      ['a', 'narrowA', 'narrowBoth'].map((path) => fingerprint(path)),
+    );
+    expect(new Set([wide, narrow, both]).size).toBe(3);
+
+    // v1 gains a2: the viewer's full grant and the a1+a2 narrowing move, the a1 one does not.
+    set((c) => a2(c).tenants.push('user:v1@x'));
+    expect((await run('a')).fromCache).toBe(false);
+    expect((await run('narrowBoth')).fromCache).toBe(false);
+    const kept = await run('narrowA');
+    expect(kept.fromCache).toBe(true);
+    expect(kept.value).toEqual([{ db: 'db1', roles: '101@1', governing: '9:1:' }]);
+    expect((await run('narrowBoth')).value).toEqual([
+      { db: 'db1', roles: '101@1,102@1', governing: '9:1:' },
+    ]);
+
+    // v1 loses a1: the a1 narrowing now refuses, never served from before.
+    set((c) => {
+      a1(c).tenants = [];
+    });
+    const refused = await run('narrowA');
+    expect(refused.fromCache).toBe(false);
+    expect(refused.value).toBe('E_ROLE_REQUIRED');
+    expect((await run('narrowBoth')).value).toEqual([
+      { db: 'db1', roles: '102@1', governing: '9:1:' },
+    ]);
+  });
 });

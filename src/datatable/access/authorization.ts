@@ -14,6 +14,7 @@ import {
   NoRolesError,
   NoViewerError,
   RoleNotPermittedError,
+  RoleRequiredError,
   UnknownDatatableError,
   UnknownRoleError,
   type ViewerCacheError,
@@ -83,7 +84,7 @@ export class JobAuthorization {
   /**
    * The roles `ref` grants this job, or the coded refusal (fail closed; never a wider login).
    * @throws {ViewerCacheError} E_UNKNOWN_DATATABLE, E_NO_VIEWER, E_NO_ROLES, E_UNKNOWN_ROLE,
-   *   E_ROLE_NOT_PERMITTED or E_NO_DEFAULT_ROLE.
+   *   E_ROLE_NOT_PERMITTED, E_NO_DEFAULT_ROLE or (narrowed) E_ROLE_REQUIRED.
    */
   grant(ref: DatatableRef): Grant {
     const decision = this.#decide(ref);
@@ -120,15 +121,36 @@ export class JobAuthorization {
             : undefined;
           return { refused: NoRolesError, ...(message ? { message } : {}), context };
         }
-        // An embed viewer is no email of the governing tables: any change counts.
-        const governing =
-          viewer === null
-            ? this.#anyChange(datatable.name)
-            : state
-                .governing(workspace, datatable.name)
-                .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
-                .join(',');
-        return { datatable, roles, governing };
+        return { datatable, roles, governing: this.#viewerGoverning(datatable.name) };
+      }
+      case 'narrowed': {
+        // Every name must be a role of this data table: a typo is the runnable's error, said
+        // as such (whoever the viewer is), never a quiet "holds none".
+        for (const name of ref.access.roles) {
+          const role = state.roleByName(workspace, name);
+          if (role === undefined || role.datatable !== datatable.name) {
+            return {
+              refused: UnknownRoleError,
+              message: `no role ${name} on this data table`,
+              context: { ...context, role: name },
+            };
+          }
+        }
+        const embed = this.#parties.embed;
+        if (viewer === null && embed === undefined) return { refused: NoViewerError, context };
+        // The viewer's roles (within the role scope) that the request names: never one more.
+        const named = ref.access.roles;
+        const roles = (this.#rolesOfViewer().get(datatable.name) ?? []).filter((role) =>
+          named.includes(role.name),
+        );
+        if (roles.length === 0) {
+          return {
+            refused: RoleRequiredError,
+            message: `the viewer holds none of the roles this connection is narrowed to (${named.join(', ')})`,
+            context,
+          };
+        }
+        return { datatable, roles, governing: this.#viewerGoverning(datatable.name) };
       }
       case 'role': {
         const name = ref.access.role;
@@ -194,6 +216,20 @@ export class JobAuthorization {
     return scope === undefined || scope.includes(role.oid);
   }
 
+  /**
+   * Stamps of the changes to the data table's governing tables that can alter what the viewer
+   * sees: the table-wide stamp and their own. An embed viewer is no email of the governing
+   * tables: any change counts.
+   */
+  #viewerGoverning(datatable: string): string {
+    const viewer = this.#parties.viewer;
+    if (viewer === null) return this.#anyChange(datatable);
+    return this.#state
+      .governing(this.#parties.workspace, datatable)
+      .map((t) => `${t.relation}:${t.wide}:${t.byViewer.get(viewer.email) ?? ''}`)
+      .join(',');
+  }
+
   /** Stamps of any change to the data table's governing tables (connections with no viewer). */
   #anyChange(datatable: string): string {
     return this.#state
@@ -221,6 +257,12 @@ export class JobAuthorization {
    * reference of the workspace (each role with its version), hashed. Computed once per
    * instance. The generation is left out on purpose: a change that grants this job nothing new
    * and takes nothing away leaves its fingerprint, and so its cache entries, alone.
+   *
+   * A narrowed viewer request (`?as=viewer&roles=…`, any list) needs no part of its own: its
+   * outcome is a function of the viewer's outcome (their roles with versions, and the governing
+   * stamps) and of which role names exist on the data table (the runner part lists every role
+   * of each data table by name), both hashed here. So whatever moves a narrowed answer moves
+   * this too (checked by test/unit/run_dependencies.test.ts).
    */
   get fingerprint(): string {
     this.#fingerprint ??= this.#computeFingerprint();

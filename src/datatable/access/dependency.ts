@@ -19,12 +19,24 @@ export interface DependencySet {
   readonly members: readonly Dependency[];
 }
 
-/** The dependency text of a reference: JSON, so names can never run into each other. */
+/**
+ * The dependency text of a reference: JSON, so names can never run into each other. A narrowed
+ * viewer request is its own question (`n`, with its sorted roles): its answer is the subset it
+ * grants, and its text never equals the unnarrowed viewer's (`v`), so neither entry can stand
+ * for the other.
+ */
 export function refDependency(ref: DatatableRef): Dependency {
   const { name, access } = ref;
-  return access.kind === 'role'
-    ? JSON.stringify(['r', name, access.role])
-    : JSON.stringify([access.kind === 'viewer' ? 'v' : 'd', name]);
+  switch (access.kind) {
+    case 'role':
+      return JSON.stringify(['r', name, access.role]);
+    case 'narrowed':
+      return JSON.stringify(['n', name, ...access.roles]);
+    case 'viewer':
+      return JSON.stringify(['v', name]);
+    case 'default':
+      return JSON.stringify(['d', name]);
+  }
 }
 
 /** Every reference the job could make: the answer is the workspace-wide fingerprint. */
@@ -39,15 +51,19 @@ export function parseDependency(
   dependency: Dependency,
 ): { ref: DatatableRef } | { holds: { datatable: string; role: string } } | { every: true } {
   if (dependency === EVERY_REFERENCE) return { every: true };
-  const [kind, name, role] = JSON.parse(dependency) as [string, string, string?];
+  const [kind, name, ...rest] = JSON.parse(dependency) as [string, string, ...string[]];
   switch (kind) {
     case 'v':
       return { ref: { name, access: { kind: 'viewer' } } };
+    case 'n':
+      return { ref: { name, access: { kind: 'narrowed', roles: rest } } };
     case 'd':
       return { ref: { name, access: { kind: 'default' } } };
     case 'r':
-      return { ref: { name, access: { kind: 'role', role: role as string } } };
+      return { ref: { name, access: { kind: 'role', role: rest[0] as string } } };
+    case 'h':
+      return { holds: { datatable: name, role: rest[0] as string } };
     default:
-      return { holds: { datatable: name, role: role as string } };
+      throw new Error(`not a dependency: ${dependency}`);
   }
 }
