@@ -7,24 +7,31 @@ import type { AppDefinition } from './apps.js';
 // table keyed by email says which health systems each person may see. Postgres is the judge:
 // policies read the run's viewer with viewer_cache.viewer_email(), and the entitlements table is a
 // governing table, so deleting a row applies on that viewer's next run.
+//
+// The guide's rules are per query, and so are these: patient detail narrows the viewer's
+// connection to the provider role (whatever else they hold, only the provider policy applies),
+// and the counts read a view that counts every patient of the viewer's entitled health systems
+// for a provider or a system administrator alike, and never returns a patient row.
 
 export const CLINICS_DATATABLE = 'clinics';
 export const CLINICS_APP = 'clinics';
 export const CLINICS_PUBLIC_APP = 'clinics-public';
 
-/** The guide's viewers: who they are, their group (hence role), their entitlements. */
+/** The guide's viewers: who they are, their groups (hence roles), their entitlements. */
 export const CLINIC_USERS = {
   /** A provider at Health System North. */
-  'nora@example.com': { group: 'providers', systems: ['north'] },
+  'nora@example.com': { groups: ['providers'], systems: ['north'] },
   /** A second provider at North. */
-  'nick@example.com': { group: 'providers', systems: ['north'] },
+  'nick@example.com': { groups: ['providers'], systems: ['north'] },
   /** A provider at Health System South. */
-  'sam@example.com': { group: 'providers', systems: ['south'] },
+  'sam@example.com': { groups: ['providers'], systems: ['south'] },
   /** A North system administrator: per-clinic counts, no patient detail. */
-  'ada@example.com': { group: 'system_admins', systems: ['north'] },
+  'ada@example.com': { groups: ['system_admins'], systems: ['north'] },
   /** Someone with the provider role but no entitlement row. */
-  'rita@example.com': { group: 'providers', systems: [] },
-} as const satisfies Record<string, { group: string; systems: readonly string[] }>;
+  'rita@example.com': { groups: ['providers'], systems: [] },
+  /** A provider at North who is also a system administrator: detail is still her own patients. */
+  'dana@example.com': { groups: ['providers', 'system_admins'], systems: ['north'] },
+} as const satisfies Record<string, { groups: readonly string[]; systems: readonly string[] }>;
 
 /** The role names of the clinics data table (prefixed in tests: roles are cluster-wide). */
 export function clinicRoles(rolePrefix = '') {
@@ -41,23 +48,27 @@ export function clinicRoles(rolePrefix = '') {
 /** The clinics app's runnables, apps and schedule. */
 export function clinicsWorld(rolePrefix = '', publisher: string) {
   const roles = clinicRoles(rolePrefix);
-  const viewer = `datatable://${CLINICS_DATATABLE}?as=viewer`;
+  /** The viewer's connection, narrowed to those of their roles that `names` lists. */
+  const viewerAs = (...names: string[]) =>
+    `datatable://${CLINICS_DATATABLE}?as=viewer&roles=${[...names].sort().join(',')}`;
   const runnables: Record<string, RunnableDefinition> = {
-    // Patient detail: providers only, refused (E_ROLE_REQUIRED) before any query otherwise.
-    // Which patients: the policy's, from the viewer's identity and entitlements.
+    // Patient detail (the guide's first governed query): the provider role only, whatever else
+    // the viewer holds — a provider who is also a system administrator gets the provider policy
+    // alone, so her own patients. Without the role: E_ROLE_REQUIRED, before any query.
     'f/clinics/patients': {
       kind: 'sql',
-      database: viewer,
+      database: viewerAs(roles.provider),
       sql: 'select patient_id, name, clinic from clinics.patients order by patient_id',
-      requiresRole: { datatable: CLINICS_DATATABLE, role: roles.provider },
       cacheTtlS: 60,
     },
-    // Aggregates: the rows the viewer may see, counted per clinic.
+    // Aggregates (the guide's second file, `can_summarize = provider or system_admin`): every
+    // patient of the viewer's entitled health systems counted per clinic — or, for an embed
+    // viewer, of the health system its link was signed for — never a patient row. The view
+    // decides; the narrowing refuses anyone holding none of the roles it serves.
     'f/clinics/counts': {
       kind: 'sql',
-      database: viewer,
-      sql: `select clinic, count(*)::int as patients from clinics.patients
-             group by clinic order by clinic`,
+      database: viewerAs(roles.provider, roles.systemAdmin, roles.embed),
+      sql: 'select clinic, patients from clinics.patient_counts order by clinic',
       cacheTtlS: 60,
     },
     // What the schedule runs as the app's creator: a query on the default role (not the viewer's
@@ -153,8 +164,9 @@ export async function seedClinics(options: {
   });
   if (firstStart) {
     let last = { generation: 0 };
-    for (const [email, { group }] of Object.entries(CLINIC_USERS))
-      last = await admin.addMembership(workspace, email, 'group', group);
+    for (const [email, { groups }] of Object.entries(CLINIC_USERS))
+      for (const group of groups)
+        last = await admin.addMembership(workspace, email, 'group', group);
     await datatables.waitForGeneration(last.generation);
   }
   return { roles };
@@ -178,6 +190,8 @@ const PATIENTS = [
   [7, 'P. Gray', 's1', 'nora@example.com'],
   // Rita's patient: she has the provider role but no entitlement row.
   [8, 'P. Hale', 'n1', 'rita@example.com'],
+  // Dana's: a provider who is also a system administrator.
+  [9, 'P. Irwin', 'n2', 'dana@example.com'],
 ] as const;
 
 async function createDataset(
@@ -230,10 +244,12 @@ async function createDataset(
   await client.query(
     `grant select on clinics.clinics to ${provider}, ${systemAdmin}, ${directory}`,
   );
-  await client.query(
-    `grant select on clinics.patients, clinics.entitlements to ${provider}, ${systemAdmin}`,
-  );
-  await client.query(`grant select on clinics.patients to ${embed}`);
+  // Patient rows are for providers only: a system administrator or an embed viewer can never
+  // read one, through any runnable (they get counts, below). Revoked too, for a database seeded
+  // by an older version, where they could.
+  await client.query(`revoke select on clinics.patients, clinics.entitlements from ${systemAdmin}`);
+  await client.query(`revoke select on clinics.patients from ${embed}`);
+  await client.query(`grant select on clinics.patients, clinics.entitlements to ${provider}`);
   await client.query('alter table clinics.patients enable row level security');
   await client.query('alter table clinics.entitlements enable row level security');
 
@@ -241,11 +257,12 @@ async function createDataset(
   const me = '(select viewer_cache.viewer_email())';
   const entitled = `exists (select 1 from clinics.entitlements e
                             where e.email = ${me} and e.health_system = patients.health_system)`;
-  // Each policy is written TO the roles it serves: a policy reading the viewer's email never runs
-  // for an embed viewer (who may have none), nor one reading an attribute for a signed-in user.
+  // Each policy is written TO the role it serves, and permissive policies add up: a connection
+  // holding two roles sees what either policy lets through. Patient detail therefore narrows to
+  // the provider role (f/clinics/patients), so only this policy applies to it.
   const policies: [string, string, string, string][] = [
-    // A person reads only their own entitlement rows.
-    ['entitlements_own', 'clinics.entitlements', `${provider}, ${systemAdmin}`, `email = ${me}`],
+    // A provider reads only their own entitlement rows.
+    ['entitlements_own', 'clinics.entitlements', provider, `email = ${me}`],
     // A provider: their own patients, in a health system they are entitled to.
     [
       'patients_provider',
@@ -254,23 +271,41 @@ async function createDataset(
       `pg_has_role(current_user, ${pg.escapeLiteral(roles.provider)}, 'member')
          and provider_email = ${me} and ${entitled}`,
     ],
-    // A system administrator: every patient of their systems (the app shows them counts only).
-    [
-      'patients_system_admin',
-      'clinics.patients',
-      systemAdmin,
-      `pg_has_role(current_user, ${pg.escapeLiteral(roles.systemAdmin)}, 'member') and ${entitled}`,
-    ],
-    // An embed viewer: the patients of the health system its host signed.
-    [
-      'patients_embed',
-      'clinics.patients',
-      embed,
-      `health_system = (select viewer_cache.viewer_attribute('health_system'))`,
-    ],
   ];
+  // Earlier versions opened patient rows to system administrators and embed viewers.
+  for (const gone of ['patients_system_admin', 'patients_embed'])
+    await client.query(`drop policy if exists ${gone} on clinics.patients`);
   for (const [name, table, to, using] of policies) {
     await client.query(`drop policy if exists ${name} on ${table}`);
     await client.query(`create policy ${name} on ${table} for select to ${to} using (${using})`);
   }
+
+  // The counts: a view owned by the tables' owner, so it reads every patient and entitlement
+  // (the table policies do not apply to it) and its WHERE is the rule, as the guide's aggregate
+  // file writes it — every patient of the viewer's entitled health systems, for a provider or a
+  // system administrator alike; for an embed viewer, of the health system its link was signed
+  // for. Only counts leave it. `current_user` is the caller's (a view does not change it), so a
+  // narrowed or `SET ROLE` connection is judged by the roles it holds. The CASE keeps each
+  // identity read to its branch: an embed viewer may have no email, a signed-in user has no
+  // attributes; either read raises (fail closed) rather than answer for nobody.
+  const member = (role: string) =>
+    `(select pg_has_role(current_user, ${pg.escapeLiteral(role)}, 'member'))`;
+  await client.query(
+    `create or replace view clinics.patient_counts with (security_barrier) as
+       select p.clinic, count(*)::int as patients
+         from clinics.patients p
+        where case
+                when ${member(roles.provider)} or ${member(roles.systemAdmin)} then
+                  exists (select 1 from clinics.entitlements e
+                           where e.email = ${me} and e.health_system = p.health_system)
+                when ${member(roles.embed)} then
+                  p.health_system = (select viewer_cache.viewer_attribute('health_system'))
+                else false
+              end
+        group by p.clinic`,
+  );
+  await client.query('revoke all on clinics.patient_counts from public');
+  await client.query(
+    `grant select on clinics.patient_counts to ${provider}, ${systemAdmin}, ${embed}`,
+  );
 }

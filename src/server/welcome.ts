@@ -1,4 +1,4 @@
-import { DEMO_WORKSPACE } from './demo.js';
+import { DEMO_PUBLISHER, DEMO_WORKSPACE } from './demo.js';
 import { CLINIC_USERS, CLINICS_APP } from './demo_clinics.js';
 
 /** Where the welcome goes: a stream that may be a terminal. */
@@ -27,8 +27,11 @@ export function printWelcome(
   const users = Object.entries(tokens).filter(([email]) => !email.startsWith('publisher'));
   if (users.length > 0) {
     lines.push('Try (each user sees only their rows; run twice for a cache hit):');
-    const post = (path: string, value: string, body: unknown) =>
-      `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/${path} -H 'authorization: Bearer ${value}' -H 'content-type: application/json' -d '${JSON.stringify(body)}'`;
+    // `value` is a token, or a shell variable holding one (then the header is double-quoted).
+    const post = (path: string, value: string, body: unknown) => {
+      const q = value.startsWith('$') ? '"' : "'";
+      return `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/${path} -H ${q}authorization: Bearer ${value}${q} -H 'content-type: application/json' -d '${JSON.stringify(body)}'`;
+    };
     let clinicsToken: string | undefined;
     for (const [email, value] of users) {
       const clinic = Object.hasOwn(CLINIC_USERS, email)
@@ -40,17 +43,25 @@ export function printWelcome(
         continue;
       }
       clinicsToken ??= value;
-      // The clinics app (the row-level-security guide's dataset): patients, or counts for admins.
-      const path = clinic.group === 'system_admins' ? 'f/clinics/counts' : 'f/clinics/patients';
+      // The clinics app (the row-level-security guide's dataset): patients for providers,
+      // counts for everyone else.
+      const groups: readonly string[] = clinic.groups;
+      const path = groups.includes('providers') ? 'f/clinics/patients' : 'f/clinics/counts';
       lines.push(
-        `  # ${email} (clinics: ${clinic.group}, entitled to ${clinic.systems.join(', ') || 'nothing'})`,
+        `  # ${email} (clinics: ${groups.join(' + ')}, entitled to ${clinic.systems.join(', ') || 'nothing'})`,
       );
       lines.push(post(`apps/${CLINICS_APP}/run`, value, { path }));
     }
     if (clinicsToken !== undefined) {
-      lines.push("  # one run per provider, each delivered to that provider's outbox only");
+      // A batch is the publisher's (or a workspace admin's) to start, and a workspace admin's
+      // token is not printed here: the line names where it comes from instead.
       lines.push(
-        post(`apps/${CLINICS_APP}/runs/per-recipient`, clinicsToken, {
+        "  # one run per provider, each delivered to that provider's outbox only; only the app's",
+        '  # publisher (or a workspace admin) may start one, with a token of their own:',
+        `  PUBLISHER_TOKEN=$(viewer-cache --json token create --user ${DEMO_PUBLISHER} | jq -r .token)`,
+      );
+      lines.push(
+        post(`apps/${CLINICS_APP}/runs/per-recipient`, '$PUBLISHER_TOKEN', {
           path: 'f/clinics/patients',
           group: 'providers',
         }),

@@ -42,7 +42,13 @@ describe('printWelcome', () => {
     const nora = 'vct_nora_nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn';
     printWelcome(out, URL, { ...TOKENS, 'nora@example.com': nora }, false);
     expect(text()).toContain(`/api/w/demo/apps/clinics/run -H 'authorization: Bearer ${nora}'`);
-    expect(text()).toContain('/api/w/demo/apps/clinics/runs/per-recipient');
+    // A batch is the publisher's to start: the line says so, and never carries a user's token.
+    const batchLine = text()
+      .split('\n')
+      .find((line) => line.includes('/api/w/demo/apps/clinics/runs/per-recipient'));
+    expect(batchLine).toContain('"authorization: Bearer $PUBLISHER_TOKEN"');
+    expect(batchLine).not.toContain(nora);
+    expect(text()).toContain('token create --user publisher@example.com');
     expect(text()).toContain(`/api/w/demo/outbox -H 'authorization: Bearer ${nora}'`);
   });
 });

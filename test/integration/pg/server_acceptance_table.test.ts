@@ -19,8 +19,11 @@ import { type Answer, asRun, pollUntil, type RunAnswer } from '../../helpers/ser
 // against the second demo app (src/server/demo_clinics.ts): patients with their provider and
 // health system, an entitlements table keyed by email, clinics. Postgres is the judge: the
 // policies read the run's viewer with viewer_cache.viewer_email(). Every row is checked again on
-// a cache hit, and the guide's two revocations on the viewer's next run.
-//
+// a cache hit, and the guide's two revocations on the viewer's next run. The guide's rules are
+// per query: patient detail requires the provider role and filters by the provider's email
+// whatever other roles the viewer holds (so a provider who is also a system administrator — Dana
+// — sees her own patients only); the counts count every patient of the viewer's entitled health
+// systems, for a provider or a system administrator alike, and never return a patient row.
 
 const WS = 'demo';
 const NORA = 'nora@example.com'; // provider, North
@@ -30,6 +33,7 @@ const ADA = 'ada@example.com'; // North system administrator
 const RITA = 'rita@example.com'; // provider role, no entitlement row
 const NOBODY = 'nobody@example.com'; // in no group: no roles at all
 const PUBLISHER = 'publisher@example.com';
+const DANA = 'dana@example.com'; // provider and North system administrator (seeded)
 const OLIVE = 'olive@example.com'; // provider and North system administrator, with scoped keys
 
 const prefix = uniquePrefix();
@@ -52,16 +56,20 @@ const PATIENTS: Patient[] = [
   { patient_id: 4, name: 'P. Diaz', clinic: 'n2' },
   { patient_id: 5, name: 'P. Evans', clinic: 's1' },
   { patient_id: 6, name: 'P. Ford', clinic: 's1' },
+  { patient_id: 9, name: 'P. Irwin', clinic: 'n2' },
 ];
 const patients = (...ids: number[]) => PATIENTS.filter((p) => ids.includes(p.patient_id));
 const NORAS = patients(1, 2); // never 7: her South patient, where she has no entitlement
 const NICKS = patients(3, 4);
 const SAMS = patients(5, 6);
-/** North: n1 holds patients 1, 3 and 8 (Rita's); n2 holds 2 and 4. */
+const DANAS = patients(9);
+/** Every North patient: n1 holds 1, 3 and 8 (Rita's); n2 holds 2, 4 and 9 (Dana's). */
 const NORTH_COUNTS = [
   { clinic: 'n1', patients: 3 },
-  { clinic: 'n2', patients: 2 },
+  { clinic: 'n2', patients: 3 },
 ];
+/** Every South patient: 5, 6, and Nora's 7 (she is not entitled to South). */
+const SOUTH_COUNTS = [{ clinic: 's1', patients: 3 }];
 
 const e2e = new E2eServer({
   prefix,
@@ -75,7 +83,7 @@ const secrets: Secrets = {
   secretKey: SECRET_KEY,
   tokens: () =>
     [
-      ...[NORA, NICK, SAM, ADA, RITA, NOBODY, PUBLISHER].map(token),
+      ...[NORA, NICK, SAM, ADA, RITA, DANA, NOBODY, PUBLISHER].map(token),
       otherWorkspaceToken,
       ...embedLinks,
     ].filter((t) => t.length > 0),
@@ -143,8 +151,10 @@ afterAll(async () => {
 });
 
 describe('what each viewer sees, each row also on a cache hit', () => {
-  it('a provider at North: only their own patients', async () => {
+  it('a provider at North: only their own patients; counts of every North patient', async () => {
     await seesTwice(NORA, 'f/clinics/patients', NORAS);
+    // The aggregate counts every patient of her entitled systems, not only her own.
+    await seesTwice(NORA, 'f/clinics/counts', NORTH_COUNTS);
   });
 
   it("a second provider at North: only their own patients, never the first's", async () => {
@@ -153,13 +163,20 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     expect((await appRun(NORA, 'f/clinics/patients')).result).toEqual(NORAS);
   });
 
-  it('a provider at South: only South patients', async () => {
+  it('a provider at South: only South patients, never North', async () => {
     await seesTwice(SAM, 'f/clinics/patients', SAMS);
+    await seesTwice(SAM, 'f/clinics/counts', SOUTH_COUNTS);
   });
 
   it('a North system administrator: per-clinic counts for North; patient detail refused with a code', async () => {
     await seesTwice(ADA, 'f/clinics/counts', NORTH_COUNTS);
     await refusedTwice(() => appRun(ADA, 'f/clinics/patients'), 403, 'E_ROLE_REQUIRED');
+  });
+
+  it('a provider who is also a system administrator: detail is her own patients only; counts of her systems', async () => {
+    // Permissive policies add up: without narrowing, her detail would be every North patient.
+    await seesTwice(DANA, 'f/clinics/patients', DANAS);
+    await seesTwice(DANA, 'f/clinics/counts', NORTH_COUNTS);
   });
 
   it('someone with the role but no entitlement row: no rows', async () => {
@@ -187,9 +204,9 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     embedLinks.push(north, south);
     for (const [link, expected] of [
       [north, NORTH_COUNTS],
-      [south, [{ clinic: 's1', patients: 3 }]],
+      [south, SOUTH_COUNTS],
     ] as const) {
-      // Counted through the embed role's policy, which reads the signed attribute.
+      // Counted by the counts view's embed branch, which reads the signed attribute.
       for (let i = 0; i < 2; i++) {
         const counts = await embedRun(link, 'f/clinics/counts');
         expectOk(counts, i === 1);
@@ -203,7 +220,7 @@ describe('what each viewer sees, each row also on a cache hit', () => {
 
   it('a public share link (anonymous): refused, nothing shown', async () => {
     for (const [path, code] of [
-      ['f/clinics/patients', 'E_ROLE_REQUIRED'],
+      ['f/clinics/patients', 'E_NO_VIEWER'],
       ['f/clinics/counts', 'E_NO_VIEWER'],
     ] as const) {
       await refusedTwice(
@@ -262,8 +279,8 @@ describe('what each viewer sees, each row also on a cache hit', () => {
       lastOutcome: 'ok',
       lastBatch: {
         batch: expect.any(String),
-        recipients: 4,
-        delivered: 4,
+        recipients: 5,
+        delivered: 5,
         fromCache: 0,
         refused: {},
       },
@@ -274,6 +291,7 @@ describe('what each viewer sees, each row also on a cache hit', () => {
       [NICK, NICKS],
       [SAM, SAMS],
       [RITA, []],
+      [DANA, DANAS],
     ] as const) {
       expect(inBatch(await outboxOf(email), batch), email).toEqual([
         expect.objectContaining({ runnable: 'f/clinics/patients', result: rows }),
@@ -325,14 +343,14 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     }
   });
 
-  it("a per-recipient job for a group; one recipient's E_NO_ROLES does not stop the others", async () => {
+  it("a per-recipient job for a group; one recipient's refusal does not stop the others", async () => {
     const byGroup = await perRecipient({ path: 'f/clinics/patients', group: 'providers' });
     expect(byGroup.status, byGroup.text).toBe(200);
     // Counts only: who is in the group is not the starter's to learn.
     expect(byGroup.json).toEqual({
       batch: expect.any(String),
-      recipients: 4,
-      delivered: 4,
+      recipients: 5,
+      delivered: 5,
       fromCache: expect.any(Number),
       refused: {},
     });
@@ -342,16 +360,16 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     ]);
     expect(inBatch(await outboxOf(ADA), batch)).toEqual([]);
 
-    // Counts need no role check of their own: someone with no role at all is refused by the
-    // library (E_NO_ROLES) while the others get theirs.
+    // Counts narrow to the roles that may summarize: someone with none of them is refused
+    // (E_ROLE_REQUIRED) while the others get theirs.
     const counts = await perRecipient({ path: 'f/clinics/counts', recipients: [NOBODY, ADA] });
-    expect(counts.json).toMatchObject({ delivered: 1, outcomes: ['E_NO_ROLES', 'ok'] });
+    expect(counts.json).toMatchObject({ delivered: 1, outcomes: ['E_ROLE_REQUIRED', 'ok'] });
     const countsBatch = (counts.json as { batch: string }).batch;
     expect(inBatch(await outboxOf(ADA), countsBatch)).toEqual([
       expect.objectContaining({ result: NORTH_COUNTS }),
     ]);
     expect(inBatch(await outboxOf(NOBODY), countsBatch)).toEqual([
-      expect.objectContaining({ error: { code: 'E_NO_ROLES' } }),
+      expect.objectContaining({ error: { code: 'E_ROLE_REQUIRED' } }),
     ]);
 
     // A recipient named twice is run and delivered to once.
@@ -359,7 +377,7 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     expect(twice.json).toMatchObject({ recipients: 2, delivered: 2, outcomes: ['ok', 'ok', 'ok'] });
     const twiceBatch = (twice.json as { batch: string }).batch;
     expect(inBatch(await outboxOf(SAM), twiceBatch)).toEqual([
-      expect.objectContaining({ result: [{ clinic: 's1', patients: 2 }] }),
+      expect.objectContaining({ result: SOUTH_COUNTS }),
     ]);
   });
 
@@ -388,12 +406,10 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     const providerKey = await keyOf('provider');
     const runWith = async (key: string, path: string) =>
       asRun(await request('POST', `/api/w/${WS}/apps/clinics/run`, { token: key, body: { path } }));
-    // The owner, with both roles: every North patient (as an administrator) once the CLI's
-    // change has reached the server.
+    // The owner, with both roles, once the CLI's change has reached the server: detail is her
+    // own patients (none: narrowed to the provider role), counts are every North patient.
     await pollUntil(async () => (await appRun(OLIVE, 'f/clinics/counts')).status === 200, 5000);
-    const full = await appRun(OLIVE, 'f/clinics/patients');
-    expectOk(full, false);
-    expect((full.result as Patient[]).map((p) => p.patient_id)).toEqual([1, 2, 3, 4, 8]);
+    await seesTwice(OLIVE, 'f/clinics/patients', []);
     await seesTwice(OLIVE, 'f/clinics/counts', NORTH_COUNTS);
     // The administrator-only key: counts yes, patient detail refused (it lacks the provider
     // role), and its answers never come from the owner's entries.
@@ -403,14 +419,14 @@ describe('what each viewer sees, each row also on a cache hit', () => {
       expect(counts.result).toEqual(NORTH_COUNTS);
       expectRefused(await runWith(adminKey, 'f/clinics/patients'), 403, 'E_ROLE_REQUIRED');
     }
-    // The provider-only key: her own patients (none), never the administrator's view.
+    // The provider-only key: her own patients (none), and the counts a provider gets.
     for (let i = 0; i < 2; i++) {
       const own = await runWith(providerKey, 'f/clinics/patients');
       expectOk(own, i === 1);
       expect(own.result).toEqual([]);
       const counts = await runWith(providerKey, 'f/clinics/counts');
       expectOk(counts, i === 1);
-      expect(counts.result).toEqual([]);
+      expect(counts.result).toEqual(NORTH_COUNTS);
     }
   });
 
