@@ -16,7 +16,7 @@ import { JobAuthorizations } from './access/job_authorizations.js';
 import { RunDependencies } from './access/run_dependencies.js';
 import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
-import type { Directory } from './catalog/directory.js';
+import type { Directory, Principals } from './catalog/directory.js';
 import { migrateCatalog } from './catalog/migrations.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
@@ -254,6 +254,11 @@ class DatatableService implements Datatables {
       retired.push(login);
     }
     return retired;
+  }
+
+  async principals(workspace: string, email: string): Promise<Principals> {
+    if (this.#directory !== null) return this.#directory.principals(workspace, email);
+    return (await this.#snapshot.current()).principals(workspace, email);
   }
 
   async ping(): Promise<void> {

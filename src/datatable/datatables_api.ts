@@ -6,7 +6,7 @@ import type { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
 import type { CatalogAdmin } from './admin/catalog_admin.js';
-import type { Directory } from './catalog/directory.js';
+import type { Directory, Principals } from './catalog/directory.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import type { SetLoginInfo } from './logins/login_gc.js';
 import type { RoleSetStepHook } from './logins/role_set_protocol.js';
@@ -158,6 +158,13 @@ export interface Datatables extends DatatableConnector {
    * in use may be retired; it is recreated on its next use.
    */
   gcLogins(): Promise<string[]>;
+  /**
+   * Who `email` is in `workspace`'s directory: their groups and folders, and whether they are a
+   * workspace admin (membership kind `admin`) — from a catalog no older than the call (the
+   * built-in directory), or the plugged-in directory's answer. For an application's own checks
+   * (the reference server lets only an app's publisher or a workspace admin fan a run out).
+   */
+  principals(workspace: string, email: string): Promise<Principals>;
   /** Checks the catalog database answers (for readiness probes). */
   ping(): Promise<void>;
   /** Closes every connection; connections still lent are destroyed. Always resolves. */

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { DEFAULT_OUTBOX_RETENTION_MS } from './outbox.js';
 
 /** Everything the reference server and CLI read from the environment, resolved once. */
 export interface ServerConfig {
@@ -47,6 +48,8 @@ export interface ServerConfig {
   readonly maxConnectionsPerClient: number;
   /** How often the demo schedule runs. */
   readonly scheduleEveryMs: number;
+  /** How long a per-recipient delivery is kept in the outbox (ms). */
+  readonly outboxRetentionMs: number;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -109,6 +112,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       'VIEWER_CACHE_SCHEDULE_MS',
       1000,
       86_400_000,
+    ),
+    outboxRetentionMs: integer(
+      env['VIEWER_CACHE_OUTBOX_RETENTION_MS'] ?? String(DEFAULT_OUTBOX_RETENTION_MS),
+      'VIEWER_CACHE_OUTBOX_RETENTION_MS',
+      1000,
+      10 * 365 * 86_400_000,
     ),
   };
 }

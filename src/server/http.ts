@@ -178,11 +178,15 @@ export function buildHttpApp(deps: HttpDeps) {
       ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
     });
 
-  const appRunnable = (appName: string, path: string, mustBePublic: boolean) => {
+  const appOf = (appName: string, mustBePublic: boolean) => {
     const definition = Object.hasOwn(apps, appName) ? apps[appName] : undefined;
     if (definition === undefined || (mustBePublic && !definition.public)) {
       throw new HttpError(404, 'E_UNKNOWN_APP', 'no such app');
     }
+    return definition;
+  };
+  const appRunnable = (appName: string, path: string, mustBePublic: boolean) => {
+    const definition = appOf(appName, mustBePublic);
     if (!definition.runnables.includes(path)) {
       throw new HttpError(404, 'E_UNKNOWN_RUNNABLE', 'this app has no such runnable');
     }
@@ -322,7 +326,10 @@ export function buildHttpApp(deps: HttpDeps) {
     registerRecipientRoutes(app, {
       ...deps.recipients,
       authenticate,
+      appPublisher: (appName) => appOf(appName, false).publisher,
       appRunnable: (appName, path) => appRunnable(appName, path, false),
+      isWorkspaceAdmin: async (workspace, email) =>
+        (await deps.datatables.principals(workspace, email)).isAdmin,
     });
   }
 

@@ -20,13 +20,59 @@ export type Delivery =
 /** The most a recipient reads back in one call, newest first. */
 export const OUTBOX_PAGE = 100;
 
+/** How long a delivery is kept, by default: 7 days. */
+export const DEFAULT_OUTBOX_RETENTION_MS = 7 * 86_400_000;
+
+/** Rows one sweep statement deletes at most (short statements, short locks). */
+const SWEEP_CHUNK = 10_000;
+
+export interface OutboxOptions {
+  /**
+   * How long a delivery is kept (ms): older rows are never read back, and {@link Outbox.sweep}
+   * deletes them. @default 7 days
+   */
+  readonly retentionMs?: number;
+}
+
 /**
  * Per-recipient deliveries (`viewer_cache_server.outbox`). Every read is keyed by the workspace
  * and the recipient's email, which the caller takes from an authenticated identity only: there is
- * no way to name another recipient's rows.
+ * no way to name another recipient's rows. Rows live for the retention: a read never returns an
+ * older one, whether or not a sweep has deleted it yet.
  */
 export class Outbox {
-  constructor(private readonly pool: pg.Pool) {}
+  readonly retentionMs: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    options: OutboxOptions = {},
+  ) {
+    const retention = options.retentionMs ?? DEFAULT_OUTBOX_RETENTION_MS;
+    if (!Number.isInteger(retention) || retention < 1) {
+      throw new TypeError('outbox retentionMs must be a positive integer of milliseconds');
+    }
+    this.retentionMs = retention;
+  }
+
+  /**
+   * Deletes the deliveries older than the retention, in chunks; returns how many. Any number of
+   * processes may sweep at once (a row is deleted once; the others skip it).
+   */
+  async sweep(): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const { rowCount } = await this.pool.query(
+        `delete from ${SERVER_SCHEMA}.outbox where id in (
+           select id from ${SERVER_SCHEMA}.outbox
+            where created_at < now() - $1 * interval '1 millisecond'
+            order by created_at limit ${SWEEP_CHUNK}
+              for update skip locked)`,
+        [this.retentionMs],
+      );
+      deleted += rowCount ?? 0;
+      if ((rowCount ?? 0) < SWEEP_CHUNK) return deleted;
+    }
+  }
 
   async deliver(
     workspace: string,
@@ -52,7 +98,10 @@ export class Outbox {
     );
   }
 
-  /** `recipient`'s own deliveries in `workspace`, newest first (at most {@link OUTBOX_PAGE}). */
+  /**
+   * `recipient`'s own deliveries in `workspace` within the retention, newest first (at most
+   * {@link OUTBOX_PAGE}).
+   */
   async list(workspace: string, recipient: string): Promise<OutboxItem[]> {
     const { rows } = await this.pool.query<{
       id: string;
@@ -66,8 +115,9 @@ export class Outbox {
       `select id::text, batch::text, runnable, created_at, from_cache, result, error_code
          from ${SERVER_SCHEMA}.outbox
         where workspace = $1 and recipient = $2
+          and created_at >= now() - $3 * interval '1 millisecond'
         order by id desc limit ${OUTBOX_PAGE}`,
-      [workspace, recipient],
+      [workspace, recipient, this.retentionMs],
     );
     return rows.map((row) => ({
       id: row.id,

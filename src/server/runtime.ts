@@ -210,7 +210,20 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       demoTokens = seeded.tokens;
     }
 
-    const outbox = new Outbox(pool);
+    const outbox = new Outbox(pool, { retentionMs: config.outboxRetentionMs });
+    // Delivered rows do not accumulate: swept once before serving, then a few times per
+    // retention (at most every 10 minutes); reads skip expired rows between sweeps anyway.
+    await outbox.sweep();
+    const sweeper = setInterval(
+      () => {
+        outbox.sweep().catch((err: { code?: unknown }) => {
+          logger.warn({ code: err.code }, 'outbox sweep failed');
+        });
+      },
+      Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)),
+    );
+    sweeper.unref();
+    cleanup.push(async () => clearInterval(sweeper));
     const perRecipient = new PerRecipientRuns({
       executor,
       cache,

@@ -90,6 +90,15 @@ const MIGRATIONS: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 5,
+    name: 'outbox retention',
+    statements: [
+      // Deliveries are kept for a retention (VIEWER_CACHE_OUTBOX_RETENTION_MS): the sweep
+      // deletes by age, oldest first.
+      `create index outbox_created on ${SERVER_SCHEMA}.outbox (created_at)`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

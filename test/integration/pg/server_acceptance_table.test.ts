@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { JWK } from 'jose';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { signEmbedAssertion } from '../../../src/index.js';
+import { createDatatables, signEmbedAssertion } from '../../../src/index.js';
 import { demoToken } from '../../../src/server/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
@@ -83,7 +83,7 @@ const secrets: Secrets = {
   secretKey: SECRET_KEY,
   tokens: () =>
     [
-      ...[NORA, NICK, SAM, ADA, RITA, DANA, NOBODY, PUBLISHER].map(token),
+      ...[NORA, NICK, SAM, ADA, RITA, DANA, NOBODY, PUBLISHER, 'wadmin@example.com'].map(token),
       otherWorkspaceToken,
       ...embedLinks,
     ].filter((t) => t.length > 0),
@@ -466,6 +466,75 @@ describe('what each viewer sees, each row also on a cache hit', () => {
   });
 });
 
+describe("who may fan out: the app's publisher or a workspace admin, nobody else", () => {
+  const WADMIN = 'wadmin@example.com'; // a workspace admin who did not publish the app
+
+  it('anyone else is refused with 403 E_FANOUT_FORBIDDEN before the request is looked at', async () => {
+    // Whatever the body — a real batch, a malformed one, an unknown runnable or group, too many
+    // recipients — the same answer, byte for byte: nothing about the list, or who may see what.
+    const bodies: Record<string, unknown>[] = [
+      { path: 'f/clinics/patients', recipients: [NORA, ADA, NOBODY] },
+      { path: 'f/clinics/patients', group: 'providers' },
+      { path: 'f/clinics/patients', group: 'no-such-group' },
+      { path: 'f/orders/list', recipients: [NORA] },
+      { path: 'f/clinics/patients', recipients: [NORA], group: 'x' },
+      { path: 'f/clinics/patients', recipients: Array.from({ length: 1001 }, (_, i) => `u${i}@x`) },
+      { path: 1 },
+      {},
+    ];
+    const delivered = async () =>
+      (await sql.query<{ n: number }>('select count(*)::int as n from viewer_cache_server.outbox'))
+        .rows[0]!.n;
+    const before = await delivered();
+    const texts = new Set<string>();
+    for (const email of [NORA, ADA, NOBODY]) {
+      for (const body of bodies) {
+        const answer = await perRecipient(body, email);
+        expectRefused(answer, 403, 'E_FANOUT_FORBIDDEN');
+        texts.add(answer.text);
+      }
+    }
+    expect(texts.size).toBe(1);
+    // Nothing ran and nothing was delivered.
+    expect(await delivered()).toBe(before);
+    // A token of another workspace is still told only that (as for every route).
+    expectRefused(
+      await request('POST', `/api/w/${WS}/apps/clinics/runs/per-recipient`, {
+        token: otherWorkspaceToken,
+        body: {},
+      }),
+      403,
+      'E_FORBIDDEN',
+    );
+  });
+
+  it('a workspace admin who did not publish the app may', async () => {
+    // Made a workspace admin with the library, as an operator's own tooling would.
+    const datatables = await createDatatables({
+      connection: e2e.env['DATABASE_URL']!,
+      secretKey: SECRET_KEY,
+      migrate: false,
+      catalog: { awaitPropagation: true },
+    });
+    try {
+      await datatables.admin.addMembership(WS, WADMIN, 'admin', 'workspace');
+    } finally {
+      await datatables.close();
+    }
+    made[WADMIN] = (
+      await e2e.cliJson<{ token: string }>(['token', 'create', '--user', WADMIN])
+    ).token;
+    const answer = await perRecipient({ path: 'f/clinics/counts', recipients: [ADA] }, WADMIN);
+    expect(answer.status, answer.text).toBe(200);
+    expect(answer.json).toMatchObject({ recipients: 1, delivered: 1, outcomes: ['ok'] });
+    // Its runs ran as the app's publisher, for the recipient: Ada's own counts.
+    const batch = (answer.json as { batch: string }).batch;
+    expect(inBatch(await outboxOf(ADA), batch)).toEqual([
+      expect.objectContaining({ result: NORTH_COUNTS }),
+    ]);
+  });
+});
+
 describe('revoking access (the guide\'s "Revoking access"), on the next run', () => {
   it('role removed: the next run is refused', async () => {
     await seesTwice(NICK, 'f/clinics/patients', NICKS);
@@ -504,8 +573,8 @@ describe('logs', () => {
     e2e.server.signal('SIGINT');
     expect((await e2e.server.closed).code, e2e.server.stderr).toBe(0);
     const batches = e2e.server.lines.filter((line) => line.includes('per-recipient batch done'));
-    // The schedule's, and the five started by the tests above.
-    expect(batches).toHaveLength(6);
+    // The schedule's, and the six started by the tests above.
+    expect(batches).toHaveLength(7);
     for (const line of e2e.server.lines) {
       expectNoSecretsIn(secrets, line, 'a log line');
       expect(line).not.toContain('P. ');
