@@ -16,6 +16,7 @@ import {
 } from '../index.js';
 import type { Apps } from './apps.js';
 import { limitConnections } from './connection_limits.js';
+import { requireCachingDecisions, setLiveHeaders } from './http_caching.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { deferredChildLogger } from './http_logger.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
@@ -104,9 +105,12 @@ export function buildHttpApp(deps: HttpDeps) {
     // format, instead of Fastify's own body that echoes the path.
     frameworkErrors: (error, _request, reply) => {
       const { status, code, message } = toHttpError(error);
+      setLiveHeaders((reply as FastifyReply).raw);
       void (reply as FastifyReply).status(status).send({ error: { code, message } });
     },
   });
+  // Every route below says what a cache in front may keep of its answers (http_caching.ts).
+  requireCachingDecisions(app);
   limitConnections(app.server, {
     maxConnections: deps.maxConnections ?? 1000,
     maxConnectionsPerClient: deps.maxConnectionsPerClient ?? 100,
@@ -127,6 +131,7 @@ export function buildHttpApp(deps: HttpDeps) {
     return reply.status(status).send({ error: { code, message } });
   });
   app.setNotFoundHandler((_request, reply) => {
+    setLiveHeaders(reply.raw);
     return reply.status(404).send({ error: { code: 'E_NOT_FOUND', message: 'no such route' } });
   });
 
@@ -196,11 +201,15 @@ export function buildHttpApp(deps: HttpDeps) {
   type WorkspaceParams = { workspace: string };
   type AppParams = WorkspaceParams & { app: string };
   const runSchema = { params: workspaceParams, body: runBody };
+  /** Answers that depend on who asks (their rows, their token): no shared cache may keep them. */
+  const perCaller = { caching: 'per-caller' } as const;
+  /** Nobody's answers, but the state of now: never replayed either. */
+  const live = { caching: 'live' } as const;
 
   // App request by a signed-in user: runs as the publisher, for the user (the viewer).
   app.post<{ Params: AppParams; Body: RunBody }>(
     '/api/w/:workspace/apps/:app/run',
-    { schema: { params: appParams, body: runBody } },
+    { schema: { params: appParams, body: runBody }, config: perCaller },
     async (request, reply) => {
       const { workspace, app: appName } = request.params;
       const identity = await authenticate(request, workspace);
@@ -222,7 +231,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // A public app's anonymous visitor: no session, so no viewer.
   app.post<{ Params: AppParams; Body: RunBody }>(
     '/api/w/:workspace/public/apps/:app/run',
-    { schema: { params: appParams, body: runBody } },
+    { schema: { params: appParams, body: runBody }, config: live },
     async (request, reply) => {
       const { workspace, app: appName } = request.params;
       const definition = appRunnable(appName, request.body.path, true);
@@ -244,7 +253,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // or `?token=` (a link); neither is ever logged (the log line names the route, not the URL).
   app.post<{ Params: AppParams; Body: RunBody; Querystring: { token?: string } }>(
     '/api/w/:workspace/embed/apps/:app/run',
-    { schema: { params: appParams, body: runBody, querystring: embedQuery } },
+    { schema: { params: appParams, body: runBody, querystring: embedQuery }, config: perCaller },
     async (request, reply) => {
       const { workspace, app: appName } = request.params;
       const token = bearer(request) ?? request.query.token ?? null;
@@ -264,7 +273,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // Direct run and preview by a signed-in caller: the caller is both runner and viewer.
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run',
-    { schema: runSchema },
+    { schema: runSchema, config: perCaller },
     async (request, reply) => {
       const { workspace } = request.params;
       const identity = await authenticate(request, workspace);
@@ -277,7 +286,7 @@ export function buildHttpApp(deps: HttpDeps) {
   );
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/preview',
-    { schema: runSchema },
+    { schema: runSchema, config: perCaller },
     async (request, reply) => {
       const { workspace } = request.params;
       const identity = await authenticate(request, workspace);
@@ -294,7 +303,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // parent's role scope (the executor narrows a job-token origin by its parent's perms).
   app.post<{ Params: WorkspaceParams; Body: RunBody }>(
     '/api/w/:workspace/jobs/run_child',
-    { schema: runSchema },
+    { schema: runSchema, config: perCaller },
     async (request, reply) => {
       const { workspace } = request.params;
       const token = bearer(request);
@@ -311,7 +320,7 @@ export function buildHttpApp(deps: HttpDeps) {
   // Webhook trigger: runs as the token's owner, with no viewer.
   app.post<{ Params: WorkspaceParams & { hook: string }; Body: Record<string, unknown> }>(
     '/api/w/:workspace/hooks/:hook',
-    { schema: { params: hookParams, body: hookBody } },
+    { schema: { params: hookParams, body: hookBody }, config: perCaller },
     async (request, reply) => {
       const { workspace, hook } = request.params;
       const identity = await authenticate(request, workspace);
@@ -335,22 +344,22 @@ export function buildHttpApp(deps: HttpDeps) {
 
   app.get<{ Params: WorkspaceParams }>(
     '/api/w/:workspace/schedules',
-    { schema: { params: workspaceParams } },
+    { schema: { params: workspaceParams }, config: perCaller },
     async (request) => {
       await authenticate(request, request.params.workspace);
       return { schedules: deps.schedules() };
     },
   );
 
-  app.get('/api/cache/stats', async () => ({
+  app.get('/api/cache/stats', { config: live }, async () => ({
     ...cache.stats,
     inFlight: cache.inFlight,
     catalogGeneration: deps.datatables.generation,
     catalogListener: deps.datatables.listenerUp,
   }));
 
-  app.get('/healthz', async () => ({ ok: true }));
-  app.get('/readyz', async (_request, reply) => {
+  app.get('/healthz', { config: live }, async () => ({ ok: true }));
+  app.get('/readyz', { config: live }, async (_request, reply) => {
     const checks: Record<string, string> = {};
     await deps.datatables.ping().then(
       () => (checks['postgres'] = 'ok'),
@@ -361,7 +370,7 @@ export function buildHttpApp(deps: HttpDeps) {
     return reply.status(ok ? 200 : 503).send({ ok, checks });
   });
 
-  app.get('/metrics', async (_request, reply) => {
+  app.get('/metrics', { config: live }, async (_request, reply) => {
     reply.header('content-type', metrics.registry.contentType);
     return metrics.registry.metrics();
   });

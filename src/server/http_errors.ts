@@ -123,6 +123,7 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
   }
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      'Cache-Control: no-store\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

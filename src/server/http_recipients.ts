@@ -60,6 +60,7 @@ export function registerRecipientRoutes(
     '/api/w/:workspace/apps/:app/runs/per-recipient',
     {
       schema: { params: appParams, body: perRecipientBody },
+      config: { caching: 'per-caller' },
       // Before validation: who may fan out is decided on the token and the app alone. (The
       // params are not validated yet here; they are only compared and looked up, never used.)
       preValidation: async (request) => {
@@ -98,7 +99,7 @@ export function registerRecipientRoutes(
 
   app.get<{ Params: { workspace: string } }>(
     '/api/w/:workspace/outbox',
-    { schema: { params: workspaceParams } },
+    { schema: { params: workspaceParams }, config: { caching: 'per-caller' } },
     async (request) => {
       const { workspace } = request.params;
       const identity = await deps.authenticate(request, workspace);

@@ -143,7 +143,7 @@ export interface RequestOptions {
 /** One HTTP request to `baseUrl`, its body read as text and (when it is) JSON. */
 export async function httpRequest(
   baseUrl: string,
-  method: 'GET' | 'POST',
+  method: 'GET' | 'POST' | 'HEAD',
   path: string,
   options: RequestOptions = {},
 ): Promise<Answer> {

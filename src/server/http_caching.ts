@@ -1,0 +1,81 @@
+import type { FastifyInstance, onRequestHookHandler, RouteOptions } from 'fastify';
+
+/*
+ * What a cache in front of the server (a CDN, a proxy, a browser) may keep of each answer. Every
+ * route declares it (`config: { caching }`): registering a route without a decision throws, so
+ * a route added later cannot ship without one, and test/integration/pg/server_cache_headers
+ * .test.ts walks every declared route, its errors included.
+ */
+
+/**
+ * - `per-caller`: the answer depends on who asks (their rows, their outbox, their token's
+ *   workspace, even a refusal of them): `Cache-Control: private, no-store` and `Vary:
+ *   Authorization` (the credential is a header — or, for embed links, also the URL, which every
+ *   cache keys on anyway).
+ * - `live`: the answer is nobody's in particular (health, metrics, a public app's anonymous run,
+ *   cache counters) but is the state of now, never to be replayed: `Cache-Control: no-store`.
+ */
+export type RouteCaching = 'per-caller' | 'live';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Required on every route of the server: see {@link requireCachingDecisions}. */
+    caching?: RouteCaching;
+  }
+}
+
+/** The headers of each decision, and of answers that come from no route (404, malformed URL). */
+export const CACHE_HEADERS: Readonly<Record<RouteCaching, Readonly<Record<string, string>>>> = {
+  'per-caller': { 'cache-control': 'private, no-store', vary: 'Authorization' },
+  live: { 'cache-control': 'no-store' },
+};
+
+export interface DeclaredRoute {
+  readonly method: string;
+  readonly url: string;
+  readonly caching: RouteCaching;
+}
+
+const declared = new WeakMap<FastifyInstance, DeclaredRoute[]>();
+
+/** Every route registered on `app` since {@link requireCachingDecisions}, with its decision. */
+export function declaredRoutes(app: FastifyInstance): readonly DeclaredRoute[] {
+  return declared.get(app) ?? [];
+}
+
+/**
+ * Makes every route of `app` registered from now on declare its caching, and gives each answer
+ * of it (success, refusal or error; hijacked replies too) the decision's headers. They are set
+ * on the raw response as the request arrives, so whatever writes the answer sends them.
+ */
+export function requireCachingDecisions(app: FastifyInstance): void {
+  const routes: DeclaredRoute[] = [];
+  declared.set(app, routes);
+  app.addHook('onRoute', (route: RouteOptions) => {
+    const caching = (route.config as { caching?: unknown } | undefined)?.caching;
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (caching !== 'per-caller' && caching !== 'live') {
+      throw new Error(
+        `route ${methods.join(',')} ${route.url} declares no caching (config.caching: 'per-caller' or 'live')`,
+      );
+    }
+    for (const method of methods) routes.push({ method, url: route.url, caching });
+    const existing = route.onRequest;
+    const own = setHeaders(CACHE_HEADERS[caching]);
+    route.onRequest =
+      existing === undefined ? [own] : [own, ...(Array.isArray(existing) ? existing : [existing])];
+  });
+}
+
+/** Sets `headers` on a response that came from no route (a 404, a refusal of the URL itself). */
+export function setLiveHeaders(raw: { setHeader(name: string, value: string): unknown }): void {
+  for (const [name, value] of Object.entries(CACHE_HEADERS.live)) raw.setHeader(name, value);
+}
+
+function setHeaders(headers: Readonly<Record<string, string>>): onRequestHookHandler {
+  const entries = Object.entries(headers);
+  return (_request, reply, done) => {
+    for (const [name, value] of entries) reply.raw.setHeader(name, value);
+    done();
+  };
+}
