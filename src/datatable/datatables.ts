@@ -267,8 +267,10 @@ class DatatableService implements Datatables {
 
   async close(): Promise<void> {
     this.#closed = true;
-    this.#warmer?.close();
-    this.#leaser.close();
+    // Background work first, while the pools it uses are still open: each waits for what it
+    // has under way and starts nothing more (nothing logs a pool ended under it).
+    await this.#warmer?.close();
+    await this.#leaser.close();
     await this.#snapshot.close();
     await this.#pools.close();
     await this.#identities?.close();

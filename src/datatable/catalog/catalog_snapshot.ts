@@ -4,6 +4,7 @@ import pg from 'pg';
 import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
+import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
 import { type CatalogState, loadCatalogState } from './catalog_state.js';
 import { CATALOG_CHANNEL } from './migrations.js';
 import { ACK_CHANNEL, PropagationAcks, type PropagationWatch } from './propagation_acks.js';
@@ -76,6 +77,8 @@ export class CatalogSnapshot {
   #reconnectTimer: NodeJS.Timeout | undefined;
   #reconnectDelayMs: number;
   #closed = false;
+  /** Reads on the pool under way (generation checks, loads): close() waits for them. */
+  readonly #reads = new Set<Promise<unknown>>();
   /** waitForGeneration callers, answered when the snapshot closes. */
   readonly #closeWaiters = new Set<() => void>();
   readonly #acks: PropagationAcks;
@@ -195,6 +198,12 @@ export class CatalogSnapshot {
     });
   }
 
+  /**
+   * Stops the listener and the heartbeat, and resolves once no read of this snapshot is under
+   * way (or after `CLOSE_WAIT_MS`, when one hangs): a generation check or reload started by a
+   * notification (the process's own, after an admin change) finishes before the caller ends the
+   * pool, and none starts after this.
+   */
   async close(): Promise<void> {
     this.#closed = true;
     for (const onClose of [...this.#closeWaiters]) onClose();
@@ -204,7 +213,20 @@ export class CatalogSnapshot {
     const listener = this.#listener;
     this.#listener = null;
     if (listener !== null) await endClient(listener);
-    await this.#loading?.promise.catch(() => {});
+    // A check scheduled but not started sees #closed and reads nothing; one under way settles
+    // (or, hung on a dead peer, is left to fail quietly on the ended pool).
+    await this.#pendingConfirm?.catch(() => {});
+    await settleWithin(this.#reads, CLOSE_WAIT_MS);
+  }
+
+  /** Runs a read on the pool, unless closed; close() waits for every read so started. */
+  #read<T>(read: () => Promise<T>): Promise<T> {
+    if (this.#closed) return Promise.reject(new Error('the data-table catalog is closed'));
+    const promise = read();
+    this.#reads.add(promise);
+    const forget = () => this.#reads.delete(promise);
+    promise.then(forget, forget);
+    return promise;
   }
 
   #alive(): boolean {
@@ -227,10 +249,12 @@ export class CatalogSnapshot {
 
   async #confirmNow(): Promise<CatalogState> {
     const epoch = this.#epoch;
-    const { rows } = await this.#pool.query<{ value: string }>({
-      name: 'viewer_cache_generation',
-      text: sql.READ_GENERATION,
-    });
+    const { rows } = await this.#read(() =>
+      this.#pool.query<{ value: string }>({
+        name: 'viewer_cache_generation',
+        text: sql.READ_GENERATION,
+      }),
+    );
     const state = this.#state;
     if (state !== null && Number(rows[0]?.value) === state.generation) {
       // Every catalog change bumps the generation: equal means nothing changed since the read.
@@ -246,7 +270,7 @@ export class CatalogSnapshot {
   #reload(): Promise<CatalogState> {
     if (this.#loading !== null && this.#loading.epoch === this.#epoch) return this.#loading.promise;
     const epoch = this.#epoch;
-    const promise = loadCatalogState(this.#pool).then(
+    const promise = this.#read(() => loadCatalogState(this.#pool)).then(
       (state) => {
         if (this.#loading?.promise === promise) this.#loading = null;
         if (this.#state === null || state.generation >= this.#state.generation) this.#state = state;
@@ -345,7 +369,9 @@ export class CatalogSnapshot {
       // Only now: whoever waits for this acknowledgement may rely on our next run confirming.
       if (Number.isSafeInteger(announced)) this.#acks.acknowledge(client, announced);
       void this.#confirm().catch((err: unknown) => {
-        this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
+        // Closing meanwhile is no failure: nobody will read this snapshot again.
+        if (!this.#closed)
+          this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
       });
     });
     const started = performance.now();

@@ -7,6 +7,7 @@
  * are wanted, for gc and for preparing ahead (login_gc.ts, set_login_warmer.ts); sql/.
  */
 import { type Logger, silentLogger } from '../../logger.js';
+import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
 import { SingleFlight } from '../../util/single_flight.js';
 import type { CatalogRole } from '../catalog/catalog_state.js';
 import { LoginAuthFailed, type LoginPools } from './login_pools.js';
@@ -57,6 +58,8 @@ export class LoginLeaser {
   /** Logins whose check is running, and whether another release asked for one meanwhile. */
   readonly #checking = new Map<string, { again: boolean }>();
   #closed = false;
+  /** Post-release checks under way: close() waits for them before the pools end. */
+  readonly #running = new Set<Promise<void>>();
 
   constructor(options: LoginLeaserOptions) {
     this.#pools = options.pools;
@@ -113,9 +116,13 @@ export class LoginLeaser {
     this.#repair.forget(login);
   }
 
-  /** Stops scheduling checks; those running finish on their own. */
-  close(): void {
+  /**
+   * Stops scheduling checks, and resolves once those running have finished (on open pools), or
+   * after {@link CLOSE_WAIT_MS} when one hangs on a dead peer.
+   */
+  async close(): Promise<void> {
     this.#closed = true;
+    await settleWithin(this.#running, CLOSE_WAIT_MS);
   }
 
   /** Called by the pools when a connection of `login` is given back. */
@@ -130,7 +137,9 @@ export class LoginLeaser {
     if (watched === undefined) return;
     const state = { again: false };
     this.#checking.set(login, state);
-    void this.#check(login, watched, state);
+    const check = this.#check(login, watched, state);
+    this.#running.add(check);
+    void check.finally(() => this.#running.delete(check));
   }
 
   async #check(login: string, watched: Watched, state: { again: boolean }): Promise<void> {
@@ -148,7 +157,9 @@ export class LoginLeaser {
       } while (state.again && !this.#closed);
     } catch (err) {
       // The next lease goes through the same checks (auth failure, pool open); nothing is lost.
-      this.#logger.warn({ login, err: (err as Error).message }, 'login check failed');
+      // After close() nobody leases again: a check cut short by the pools ending is no news.
+      if (!this.#closed)
+        this.#logger.warn({ login, err: (err as Error).message }, 'login check failed');
     } finally {
       this.#checking.delete(login);
     }

@@ -1,4 +1,5 @@
 import { type Logger, silentLogger } from '../../logger.js';
+import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
 import type { CatalogState } from '../catalog/catalog_state.js';
 import { wantedSetLogins } from './login_gc.js';
 import type { LoginLeaser } from './login_leaser.js';
@@ -17,6 +18,8 @@ export class SetLoginWarmer {
   #running = false;
   #next: CatalogState | null = null;
   #closed = false;
+  /** The pass under way, if any (it never rejects). */
+  #draining: Promise<void> = Promise.resolve();
 
   constructor(leaser: LoginLeaser, logger: Logger = silentLogger) {
     this.#leaser = leaser;
@@ -27,11 +30,19 @@ export class SetLoginWarmer {
   refreshed(state: CatalogState): void {
     if (this.#closed) return;
     this.#next = state;
-    if (!this.#running) void this.#drain();
+    if (!this.#running)
+      this.#draining = this.#drain().catch((err: unknown) => {
+        this.#logger.debug({ err: (err as Error).message }, 'preparing set logins stopped');
+      });
   }
 
-  close(): void {
+  /**
+   * Stops preparing, and resolves once a login being prepared is done (on open pools), or after
+   * `CLOSE_WAIT_MS` when it hangs.
+   */
+  async close(): Promise<void> {
     this.#closed = true;
+    await settleWithin(new Set([this.#draining]), CLOSE_WAIT_MS);
   }
 
   async #drain(): Promise<void> {
