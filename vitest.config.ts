@@ -38,6 +38,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          setupFiles: ['test/setup_warnings.ts'],
         },
       },
       {
@@ -45,6 +46,7 @@ export default defineConfig({
           name: 'redis',
           include: ['test/integration/redis/**/*.test.ts'],
           globalSetup: ['test/global_setup_redis.ts'],
+          setupFiles: ['test/setup_warnings.ts'],
           testTimeout: 20_000,
         },
       },
@@ -53,6 +55,7 @@ export default defineConfig({
           name: `pg:${target}`,
           include: ['test/integration/pg/**/*.test.ts'],
           globalSetup: ['test/global_setup_redis.ts', 'test/global_setup_pg.ts'],
+          setupFiles: ['test/setup_warnings.ts'],
           env: { VC_TEST_POSTGRES_TARGET: target },
           testTimeout: 30_000,
           hookTimeout: 60_000,

@@ -29,6 +29,7 @@ import { LoginPools } from './logins/login_pools.js';
 import { LoginRepair } from './logins/login_repair.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
+import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
 import { CoalescingSocket } from './pg/coalescing_socket.js';
 import { GuardedClient } from './pg/pg_clients.js';
 
@@ -124,6 +125,10 @@ class DatatableService implements Datatables {
       ...(pools.checkOnRelease
         ? { onRelease: (login: string) => this.#leaser.released(login) }
         : {}),
+      sessionLoginGone: async (pid) =>
+        (await this.#pool.query<{ gone: boolean }>(SESSION_LOGIN_GONE, [pid])).rows[0]?.gone ===
+        true,
+      onLoginGone: (login) => this.#leaser.forget(login),
       logger,
     });
     this.#leaser = new LoginLeaser({

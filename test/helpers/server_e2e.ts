@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from './free_port.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
+import { QUERY_OVERLAP } from './query_overlap.js';
 import {
   type CliResult,
   clearRedisPrefix,
@@ -96,14 +97,19 @@ export class E2eServer {
     return JSON.parse(result.stdout) as T;
   };
 
-  /** Kills the server if it still runs, and removes its keys, database and folder. */
+  /**
+   * Kills the server if it still runs, and removes its keys, database and folder. Fails when
+   * the server warned of an overlapping pg query (see query_overlap.ts).
+   */
   async stop(): Promise<void> {
     if (this.server?.running) await this.server.kill();
+    const overlap = this.server !== undefined && QUERY_OVERLAP.test(this.server.stderr);
     if (this.redis !== undefined) {
       await clearRedisPrefix(this.redis, this.options.redisPrefix);
       this.redis.disconnect();
     }
     await this.#db?.drop();
     if (this.#dataDir !== undefined) await rm(this.#dataDir, { recursive: true, force: true });
+    if (overlap) throw new Error(`the server sent overlapping pg queries:\n${this.server.stderr}`);
   }
 }

@@ -5,6 +5,7 @@ import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
+import { queryInTurn } from '../pg/pg_clients.js';
 import { type CatalogState, loadCatalogState } from './catalog_state.js';
 import { CATALOG_CHANNEL } from './migrations.js';
 import { ACK_CHANNEL, PropagationAcks, type PropagationWatch } from './propagation_acks.js';
@@ -299,7 +300,8 @@ export class CatalogSnapshot {
     const started = performance.now();
     let timer: NodeJS.Timeout | undefined;
     try {
-      const answer = client.query<{ value: string }>(sql.READ_GENERATION);
+      // In turn with the acknowledgements sent on this same connection.
+      const answer = queryInTurn<{ value: string }>(client, sql.READ_GENERATION);
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(
           () => reject(new Error('catalog listener heartbeat timed out')),
@@ -377,7 +379,7 @@ export class CatalogSnapshot {
     const started = performance.now();
     try {
       await client.connect();
-      await client.query(`listen ${CATALOG_CHANNEL}`);
+      await queryInTurn(client, `listen ${CATALOG_CHANNEL}`);
       await this.#acks.attach(client);
     } catch (err) {
       await endClient(client);

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { queryInTurn } from '../pg/pg_clients.js';
 
 /**
  * "The change has reached every process" (`catalog.awaitPropagation`): without it, a run that
@@ -55,7 +56,7 @@ export class PropagationAcks {
     this.#client = client;
     this.#listening = null;
     if (client === null) return;
-    const { rows } = await client.query<{ pid: number }>(HOLD_LISTENER_LOCK);
+    const { rows } = await queryInTurn<{ pid: number }>(client, HOLD_LISTENER_LOCK);
     this.#ownPid = rows[0]!.pid;
     if (this.#watchers.size > 0) await this.#listen(client);
     this.#ackInFlight = false;
@@ -78,7 +79,10 @@ export class PropagationAcks {
       return;
     }
     this.#ackInFlight = true;
-    client.query('select pg_notify($1, $2)', [ACK_CHANNEL, String(generation)]).then(
+    queryInTurn(client, {
+      text: 'select pg_notify($1, $2)',
+      values: [ACK_CHANNEL, String(generation)],
+    }).then(
       () => {
         this.#ackInFlight = false;
         const next = this.#ackNext;
@@ -107,7 +111,7 @@ export class PropagationAcks {
       if (!this.#watchers.delete(watcher) || this.#watchers.size > 0) return;
       if (this.#client === client) {
         this.#listening = null;
-        void client.query(`unlisten ${ACK_CHANNEL}`).catch(() => {});
+        void queryInTurn(client, `unlisten ${ACK_CHANNEL}`).catch(() => {});
       }
     };
     try {
@@ -138,7 +142,7 @@ export class PropagationAcks {
   }
 
   #listen(client: pg.Client): Promise<unknown> {
-    this.#listening ??= client.query(`listen ${ACK_CHANNEL}`);
+    this.#listening ??= queryInTurn(client, `listen ${ACK_CHANNEL}`);
     return this.#listening;
   }
 }

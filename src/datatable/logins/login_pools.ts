@@ -5,7 +5,7 @@ import { ConnectionLostError } from '../../errors.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { GuardedClient } from '../pg/pg_clients.js';
 import { isAuthFailure } from '../pg/sqlstate.js';
-import { PooledLease } from './pooled_lease.js';
+import { PooledLease, type StaleSessions } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {
   /** Host, port, TLS… of the data-table cluster; user, password and database are filled in. */
@@ -28,6 +28,13 @@ export interface LoginPoolsOptions {
   statementTimeoutMs: number;
   /** Called when a connection of `login` has been given back (for the login checks). */
   onRelease?: (login: string) => void;
+  /**
+   * Whether a backend's login no longer exists (asked on the admin side when a statement is
+   * refused a privilege). A lease that finds its session so orphaned fails with
+   * E_CONNECTION_LOST, the login's pools are closed and `onLoginGone` is told.
+   */
+  sessionLoginGone?: (pid: number) => Promise<boolean>;
+  onLoginGone?: (login: string) => void;
   logger?: Logger;
 }
 
@@ -117,6 +124,8 @@ export class LoginPools {
     this.#wake();
     this.#options.onRelease?.(login);
   };
+  /** Orphaned sessions (their login dropped under them): see `sessionLoginGone`. */
+  readonly #stale: StaleSessions | null;
   /** Whether a connection coming back should be closed: someone is waiting for room. */
   readonly #shed = () => this.#waiters.size > 0 && this.#open() >= this.#options.maxConnections;
   /** Leases waiting for room under maxConnections. */
@@ -128,6 +137,18 @@ export class LoginPools {
   constructor(options: LoginPoolsOptions) {
     this.#options = options;
     this.#logger = options.logger ?? silentLogger;
+    const { sessionLoginGone, onLoginGone } = options;
+    this.#stale =
+      sessionLoginGone === undefined
+        ? null
+        : {
+            gone: sessionLoginGone,
+            onGone: (login) => {
+              this.#logger.warn({ login }, 'a session outlived its login; its pools are closed');
+              this.evict(login);
+              onLoginGone?.(login);
+            },
+          };
   }
 
   get size(): number {
@@ -190,7 +211,14 @@ export class LoginPools {
       client.release(true);
       throw new Error('login pools are closed');
     }
-    const lease = new PooledLease(client, login, this.#logger, this.#onReleased, this.#shed);
+    const lease = new PooledLease(
+      client,
+      login,
+      this.#logger,
+      this.#onReleased,
+      this.#shed,
+      this.#stale,
+    );
     this.#lent.add(lease);
     return lease;
   }

@@ -14,6 +14,7 @@ import type { Logger } from '../../logger.js';
 import { type LeadStatement, queryWithLead } from '../pg/lead_query.js';
 import {
   CANNOT_RUN_IN_BLOCK,
+  INSUFFICIENT_PRIVILEGE,
   isConnectionLost,
   isDataException,
   NO_ATTRIBUTE,
@@ -49,6 +50,15 @@ export const RESET_SESSION =
 const DISCARD_ONLY: ResetPlan = { statement: RESET_SESSION };
 
 /**
+ * Asks, off the lent connection (which may sit in an aborted transaction), whether a backend's
+ * login is gone; and what to do when it is (let the login's connections go, forget its password).
+ */
+export interface StaleSessions {
+  gone(pid: number): Promise<boolean>;
+  onGone(login: string): void;
+}
+
+/**
  * A pooled connection lent to one job. The runnable only ever sees {@link DatatableClient}.
  *
  * The lease listens for `'error'` on its client from checkout until the client is back in the
@@ -72,8 +82,8 @@ export class PooledLease implements DatatableLease {
   #pendingBind: readonly LeadStatement[] | null = null;
   /** The binding, sent inside a transaction the run opened and has not ended yet. */
   #openLead: readonly LeadStatement[] | null = null;
-  /** The statement carrying the binding, while in flight. */
-  #leading: Promise<void> | null = null;
+  /** The run's last statement (settled or not): the next one waits for it. */
+  #turn: Promise<void> = Promise.resolve();
   #bindSent = false;
   #onBindFailed: ((err: unknown) => Error) | null = null;
   #bindFailure: Error | null = null;
@@ -81,6 +91,7 @@ export class PooledLease implements DatatableLease {
   #onIdentityRefused: (() => void) | null = null;
   readonly #onReleased: (lease: PooledLease, login: string) => void;
   readonly #shed: () => boolean;
+  readonly #stale: StaleSessions | null;
   readonly client: DatatableClient;
   /** The pg client lent, as an opaque identity (what its backend's epoch is recorded by). */
   readonly connection: object;
@@ -92,8 +103,10 @@ export class PooledLease implements DatatableLease {
     onReleased: (lease: PooledLease, login: string) => void,
     /** Whether a clean connection should be closed instead of pooled (others wait for room). */
     shed: () => boolean = () => false,
+    stale: StaleSessions | null = null,
   ) {
     this.#shed = shed;
+    this.#stale = stale;
     this.#client = client;
     this.connection = client;
     this.#login = login;
@@ -153,14 +166,21 @@ export class PooledLease implements DatatableLease {
     this.#onIdentityRefused = onRefused;
   }
 
-  async query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
-    let client = this.#usable();
-    // A first statement still in flight may yet lose the binding (if it fails, its implicit
-    // transaction rolls the binding back): statements sent meanwhile wait for it.
-    while (this.#leading !== null) {
-      await this.#leading;
-      client = this.#usable();
-    }
+  /**
+   * Runs one of the run's statements. Statements the runnable sends without waiting for each
+   * other go out one after another: pg queues a query sent while another runs, which it
+   * deprecates and pg 9 refuses.
+   */
+  query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+    const sent = this.#turn.then(() => this.#statement(text, values));
+    this.#turn = sent.then(noop, noop);
+    return sent;
+  }
+
+  async #statement(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult> {
+    // In turn (see query): a first statement still in flight, which may yet lose the binding
+    // (if it fails, its implicit transaction rolls the binding back), is done by now.
+    const client = this.#usable();
     const config = values === undefined ? text : { text, values: [...values] };
     try {
       const lead = this.#pendingBind;
@@ -197,6 +217,16 @@ export class PooledLease implements DatatableLease {
       if (code === NO_ATTRIBUTE) {
         throw new NoViewerAttributeError(undefined, { cause: err });
       }
+      if (code === INSUFFICIENT_PRIVILEGE && (await this.#loginGone(client))) {
+        // Not the runnable's refusal: the session outlived its login (dropped under it, by a
+        // retire whose TERMINATE missed it while it was starting, or by an operator). Never
+        // pooled again, and the login is prepared afresh; the run may be retried.
+        this.#broken ??= err as Error;
+        throw new ConnectionLostError(
+          'the login of this data-table connection was dropped while it was open; retry',
+          { cause: err },
+        );
+      }
       if (isDataException(code)) {
         // Postgres's message can quote the value (an email, an arg): only the SQLSTATE goes in
         // ours; the original stays in `cause` for whoever chooses to look.
@@ -209,6 +239,16 @@ export class PooledLease implements DatatableLease {
       }
       throw err;
     }
+  }
+
+  /** Whether this session's login no longer exists (asked on another connection). */
+  async #loginGone(client: pg.PoolClient): Promise<boolean> {
+    const stale = this.#stale;
+    const pid = (client as unknown as { processID?: number }).processID;
+    if (stale === null || pid === undefined) return false;
+    const gone = await stale.gone(pid).catch(() => false);
+    if (gone) stale.onGone(this.#login);
+    return gone;
   }
 
   #usable(): pg.PoolClient {
@@ -232,10 +272,6 @@ export class PooledLease implements DatatableLease {
       client,
       lead,
       typeof config === 'string' ? { text: config } : config,
-    );
-    this.#leading = sent.result.then(
-      () => undefined,
-      () => undefined,
     );
     try {
       const result = await sent.result;
@@ -263,8 +299,6 @@ export class PooledLease implements DatatableLease {
       this.#pendingBind = null;
       this.#openLead = null;
       return await this.#usable().query(config);
-    } finally {
-      this.#leading = null;
     }
   }
 
@@ -317,26 +351,33 @@ export class PooledLease implements DatatableLease {
       return;
     }
     // Not awaited: the job's result need not wait for the reset; the connection is simply not
-    // back in the pool until it is clean. The error listener stays on until then.
-    client.query(plan.statement).then(
-      (result: pg.QueryResult | pg.QueryResult[]) => {
-        if (client.getTransactionStatus() !== 'I') {
-          // A statement the run sent without awaiting it (BEGIN) opened a transaction after the
-          // check above: the reset ran inside it, and a ROLLBACK by the next job would undo it.
+    // back in the pool until it is clean. The error listener stays on until then. After the
+    // run's statement in flight, if any (one it did not wait for): never two at once; those it
+    // sent but that had not gone out yet are refused (the connection is released).
+    this.#turn
+      .then(() => client.query(plan.statement))
+      .then(
+        (result: pg.QueryResult | pg.QueryResult[]) => {
+          if (client.getTransactionStatus() !== 'I') {
+            // A statement the run sent without awaiting it (BEGIN) opened a transaction after the
+            // check above: the reset ran inside it, and a ROLLBACK by the next job would undo it.
+            this.#onDestroy?.().catch(() => {});
+            this.#finish(client, true);
+            return;
+          }
+          plan.onDone?.(result);
+          this.#finish(client, this.#broken ?? this.#shed());
+        },
+        (err: unknown) => {
+          this.#logger.debug(
+            { err: (err as Error).message },
+            'connection reset failed; closing it',
+          );
+          plan.onFailed?.(err);
           this.#onDestroy?.().catch(() => {});
           this.#finish(client, true);
-          return;
-        }
-        plan.onDone?.(result);
-        this.#finish(client, this.#broken ?? this.#shed());
-      },
-      (err: unknown) => {
-        this.#logger.debug({ err: (err as Error).message }, 'connection reset failed; closing it');
-        plan.onFailed?.(err);
-        this.#onDestroy?.().catch(() => {});
-        this.#finish(client, true);
-      },
-    );
+        },
+      );
   }
 
   /** Destroys the connection now (the pools are closing); a query in flight fails. */
@@ -357,6 +398,8 @@ export class PooledLease implements DatatableLease {
     this.#onReleased(this, this.#login);
   }
 }
+
+function noop(): void {}
 
 /** The socket under a pg client (not in its public types). */
 function socketOf(

@@ -14,6 +14,7 @@ import {
   READ_ROLE_OID,
   ROLE_SETTINGS,
   TERMINATE_BACKENDS,
+  TERMINATE_BACKENDS_OF_OID,
 } from './sql/logins.js';
 import * as sql from './sql/role_set.js';
 
@@ -265,9 +266,11 @@ export class RoleSetProtocol {
       try {
         return await fn(client);
       } finally {
-        // Not awaited: queued on this connection ahead of whoever gets it next from the pool,
-        // and a connection that died took the lock with it.
-        client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
+        // Awaited, so the connection goes back idle: after a failed statement its answer is
+        // not complete yet, and an unlock sent then would sit queued on the connection when the
+        // next borrower sends its own (pg deprecates that; pg 9 refuses it). A connection that
+        // died took the lock with it.
+        await client.query(sql.UNLOCK_LOGIN, [login]).catch(() => {});
       }
     });
   }
@@ -332,8 +335,8 @@ export class RoleSetProtocol {
     await this.#underLock(login, async (client) => {
       await this.#step('delete-row', login);
       await client.query(sql.DELETE_ROW, [login]);
-      const exists = (await client.query(READ_ROLE_OID, [login])).rows.length > 0;
-      if (exists) {
+      const found = (await client.query<{ oid: number }>(READ_ROLE_OID, [login])).rows[0];
+      if (found !== undefined) {
         const ident = pg.escapeIdentifier(login);
         await this.#step('nologin', login);
         await client.query(`alter role ${ident} with nologin`);
@@ -344,6 +347,9 @@ export class RoleSetProtocol {
           await this.#inDatabase(database, `drop owned by ${ident}`);
         await this.#step('drop-login', login);
         await client.query(`drop role if exists ${ident}`);
+        // A session that was still starting when the sessions were ended (authenticated before
+        // NOLOGIN, not yet listed) would live on without its login: found by OID, ended too.
+        await client.query(TERMINATE_BACKENDS_OF_OID, [found.oid]);
       }
       this.#options.events.emit('login:retired', { login });
       this.#logger.info({ login }, 'set login retired');

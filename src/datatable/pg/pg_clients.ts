@@ -75,3 +75,29 @@ export async function withClient<T>(
     await client.end().catch(() => {});
   }
 }
+
+/** The last query sent through {@link queryInTurn} on each client (settled or not). */
+const turns = new WeakMap<pg.ClientBase, Promise<unknown>>();
+
+/**
+ * `client.query(config)`, sent once every query sent before it through here has finished: for a
+ * client that several flows share (the LISTEN connection: its heartbeat, acknowledgements and
+ * LISTEN / UNLISTEN), which would otherwise queue a query behind one still running — what pg
+ * deprecates, and pg 9 refuses.
+ */
+export function queryInTurn<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  client: pg.ClientBase,
+  config: string | pg.QueryConfig,
+): Promise<pg.QueryResult<R>> {
+  const before = turns.get(client) ?? Promise.resolve();
+  const send = () => client.query<R>(config);
+  const sent = before.then(send, send);
+  turns.set(
+    client,
+    sent.then(
+      () => undefined,
+      () => undefined,
+    ),
+  );
+  return sent;
+}

@@ -59,6 +59,13 @@ export function isDataException(code: string | undefined): boolean {
   return code?.startsWith('22') === true;
 }
 
+/**
+ * SQLSTATE insufficient_privilege. On a lent connection it is usually the runnable's own
+ * doing, but also what every statement of a session gets once its login was dropped under it
+ * (see PooledLease: that case is a lost connection, not a refusal).
+ */
+export const INSUFFICIENT_PRIVILEGE = '42501';
+
 /** SQLSTATE active_sql_transaction: a statement that cannot run inside a transaction block. */
 export const CANNOT_RUN_IN_BLOCK = '25001';
 /** SQLSTATE syntax_error, which is also what several statements in one prepared text raise. */

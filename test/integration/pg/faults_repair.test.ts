@@ -8,6 +8,7 @@ import {
   CAROL,
   faultExecutor,
   libraryBackends,
+  rowsOf,
   rowsRetrying,
   terminate,
   waitUntil,
@@ -117,6 +118,24 @@ describe('a set login changed by an operator', () => {
     await kick(carolLogin);
     await fx.sql.query(`drop role ${ident(carolLogin)}`);
     expect(await freshProcessSees(CAROL)).toEqual([1, 2, 3]);
+    expect(await memberships(carolLogin)).toEqual([fx.AMER, fx.EMEA].sort());
+    expect(uncaught.errors).toEqual([]);
+  });
+
+  it('dropped with a session open in the pool: that run is a coded E_CONNECTION_LOST, never a privilege error; the next one has the rows', async () => {
+    // What a retire in another process leaves when its TERMINATE missed a session that was
+    // still starting up: a pooled connection whose login no longer exists. Postgres answers
+    // its every statement "permission denied" (42501): it holds no memberships any more.
+    const uncaught = watchUncaught();
+    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    expect((await libraryBackends(fx, [carolLogin])).length).toBeGreaterThan(0);
+    await fx.sql.query(`drop role ${ident(carolLogin)}`);
+    await expect(rowsOf(onA, CAROL)).rejects.toMatchObject({
+      code: 'E_CONNECTION_LOST',
+      status: 503,
+    });
+    // The login's connections were all let go and the login prepared afresh.
+    expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
     expect(await memberships(carolLogin)).toEqual([fx.AMER, fx.EMEA].sort());
     expect(uncaught.errors).toEqual([]);
   });

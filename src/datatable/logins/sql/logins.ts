@@ -13,6 +13,23 @@ export const TERMINATE_BACKENDS = `
    where usename = $1 and pid <> pg_backend_pid()`;
 
 /**
+ * Ends every session whose login is the role with OID `$1` — also once that role is dropped
+ * (its sessions live on under the OID, and a name no longer finds them).
+ */
+export const TERMINATE_BACKENDS_OF_OID = `
+  select pg_terminate_backend(pid) from pg_catalog.pg_stat_activity
+   where usesysid = $1 and pid <> pg_backend_pid()`;
+
+/**
+ * Whether backend `$1` is a session of a login that no longer exists: dropped (a retire, an
+ * operator) while the session was open, perhaps recreated since under the same name with
+ * another OID. Such a session holds no memberships: "permission denied" for everything.
+ */
+export const SESSION_LOGIN_GONE = `
+  select not exists (select 1 from pg_catalog.pg_roles r where r.oid = s.usesysid) as gone
+    from pg_catalog.pg_stat_activity s where s.pid = $1`;
+
+/**
  * Per-role settings of a login (`ALTER ROLE … SET`, which a login may run on itself and which
  * `DISCARD ALL` does not reset), with the database each applies to (null: every database).
  */
