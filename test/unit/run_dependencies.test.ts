@@ -223,6 +223,22 @@ function connectorOver(
 
 type Gate = () => Promise<void>;
 
+/** The real executor and result cache over the catalog `current()` returns. */
+function cachedOver(current: () => CatalogState, gate: Gate) {
+  const dependencies = new RunDependencies((job) => authorizationOf(current(), job));
+  const executor = createExecutor({
+    runnables: runnables(gate),
+    datatables: connectorOver(current, dependencies),
+  });
+  const cached = withResultCache(executor, {
+    store: new MemoryCacheStore(),
+    fingerprint: Object.assign((job: Job) => dependencies.fingerprint(job), {
+      track: (job: Job) => dependencies.track(job),
+    }),
+  });
+  return { executor, cached, dependencies };
+}
+
 /** The runnables: none leases, one per data table, a branch on a role check, a parent. */
 function runnables(gate: Gate): Record<string, RunnableDefinition> {
   const read = async (ctx: RunContext, name: string, request: DatatableRequest) => {
@@ -356,19 +372,9 @@ describe('the fingerprint over what a run depended on (randomized interleavings)
         const states: CatalogState[] = [stateOf(INITIAL)];
         const now = () => states.length - 1;
         let state = states[0]!;
-        const dependencies = new RunDependencies((job) => authorizationOf(state, job));
         const gates: (() => void)[] = [];
         const held: Gate = () => new Promise<void>((resolve) => gates.push(resolve));
-        const executor = createExecutor({
-          runnables: runnables(held),
-          datatables: connectorOver(() => state, dependencies),
-        });
-        const cached = withResultCache(executor, {
-          store: new MemoryCacheStore(),
-          fingerprint: Object.assign((job: Job) => dependencies.fingerprint(job), {
-            track: (job: Job) => dependencies.track(job),
-          }),
-        });
+        const { executor, cached } = cachedOver(() => state, held);
         // The oracle: the same runnables, never held, never cached, on a given catalog state.
         const oracles = new Map<number, Executor>();
         const fresh = async (path: string, viewer: number, at: number) => {
@@ -459,18 +465,10 @@ describe('a narrowed viewer request in the fingerprint', () => {
   function world() {
     let config: Config = structuredClone(INITIAL);
     let state = stateOf(config);
-    const dependencies = new RunDependencies((job) => authorizationOf(state, job));
-    const open = async () => {};
-    const executor = createExecutor({
-      runnables: runnables(open),
-      datatables: connectorOver(() => state, dependencies),
-    });
-    const cached = withResultCache(executor, {
-      store: new MemoryCacheStore(),
-      fingerprint: Object.assign((job: Job) => dependencies.fingerprint(job), {
-        track: (job: Job) => dependencies.track(job),
-      }),
-    });
+    const { executor, cached, dependencies } = cachedOver(
+      () => state,
+      async () => {},
+    );
     const run = (path: string) => cached.run(jobFor(executor, path, 0));
     const set = (edit: (c: Config) => void) => {
       config = structuredClone(config);

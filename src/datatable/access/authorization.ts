@@ -127,14 +127,8 @@ export class JobAuthorization {
         // Every name must be a role of this data table: a typo is the runnable's error, said
         // as such (whoever the viewer is), never a quiet "holds none".
         for (const name of ref.access.roles) {
-          const role = state.roleByName(workspace, name);
-          if (role === undefined || role.datatable !== datatable.name) {
-            return {
-              refused: UnknownRoleError,
-              message: `no role ${name} on this data table`,
-              context: { ...context, role: name },
-            };
-          }
+          const role = this.#roleOf(datatable.name, name);
+          if ('refused' in role) return role;
         }
         const embed = this.#parties.embed;
         if (viewer === null && embed === undefined) return { refused: NoViewerError, context };
@@ -154,14 +148,8 @@ export class JobAuthorization {
       }
       case 'role': {
         const name = ref.access.role;
-        const role = state.roleByName(workspace, name);
-        if (role === undefined || role.datatable !== datatable.name) {
-          return {
-            refused: UnknownRoleError,
-            message: `no role ${name} on this data table`,
-            context: { ...context, role: name },
-          };
-        }
+        const role = this.#roleOf(datatable.name, name);
+        if ('refused' in role) return role;
         if (!mayUseRole(role, runner.email, runner.principals)) {
           return {
             refused: RoleNotPermittedError,
@@ -188,6 +176,17 @@ export class JobAuthorization {
         return { datatable, roles: [role], governing: this.#anyChange(datatable.name) };
       }
     }
+  }
+
+  /** The role of data table `datatable` named `name`, or E_UNKNOWN_ROLE. */
+  #roleOf(datatable: string, name: string): CatalogRole | Refusal {
+    const role = this.#state.roleByName(this.#parties.workspace, name);
+    if (role !== undefined && role.datatable === datatable) return role;
+    return {
+      refused: UnknownRoleError,
+      message: `no role ${name} on this data table`,
+      context: { datatable, role: name },
+    };
   }
 
   /** The viewer's (or embed viewer's) roles by data table; call only when there is one. */
