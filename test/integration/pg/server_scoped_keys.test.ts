@@ -101,14 +101,19 @@ describe('token create --roles and token list', () => {
       ['', 'E_BAD_REQUEST'],
       [`${EMEA_ROLE},`, 'E_BAD_REQUEST'],
     ];
-    for (const [roles, code] of cases) {
-      const result = await cli(['--json', 'token', 'create', '--user', CAROL, '--roles', roles]);
+    // One CLI process per case, all at once: seven processes in a row overran the test's
+    // timeout on a loaded 2-core machine, and the cases are independent.
+    const results = await Promise.all(
+      cases.map(([roles]) => cli(['--json', 'token', 'create', '--user', CAROL, '--roles', roles])),
+    );
+    cases.forEach(([roles, code], i) => {
+      const result = results[i]!;
       expect(result.code, `${roles}: ${result.stderr}`).toBe(1);
       expect(result.stdout).not.toMatch(/vct_/);
       expect(JSON.parse(result.stdout)).toEqual({ error: { code, message: expect.any(String) } });
-    }
+    });
     expect((await cliJson<unknown[]>(['token', 'list'])).length).toBe(before);
-  });
+  }, 90_000);
 
   it('the table refuses an empty scope even when written around the CLI', async () => {
     const pool = new pg.Pool({ connectionString: e2e.env['DATABASE_URL'], max: 1 });
