@@ -281,6 +281,53 @@ export const InvalidationUnsupportedError = defineError(
 );
 export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
+/** A Python runnable was asked to run and no `python3` could be started (not installed, not on PATH). */
+export const PythonUnavailableError = defineError(
+  'E_PYTHON_UNAVAILABLE',
+  'PythonUnavailableError',
+  'python3 could not be started on this executor: install it or point the executor at one (python.command)',
+  501,
+);
+export type PythonUnavailableError = InstanceType<typeof PythonUnavailableError>;
+/** A DuckDB runnable was asked to run and `@duckdb/node-api` (an optional peer) is not installed. */
+export const DuckdbUnavailableError = defineError(
+  'E_DUCKDB_UNAVAILABLE',
+  'DuckdbUnavailableError',
+  'DuckDB runnables need the optional peer @duckdb/node-api: npm install @duckdb/node-api',
+  501,
+);
+export type DuckdbUnavailableError = InstanceType<typeof DuckdbUnavailableError>;
+/**
+ * A DuckDB script asked for something outside its sandbox: a file, a second ATTACH, a setting,
+ * an extension, a write, or a statement that is not a query. Refused before (or instead of) running.
+ */
+export const DuckdbRefusedError = defineError(
+  'E_DUCKDB_REFUSED',
+  'DuckdbRefusedError',
+  'the DuckDB script asked for something its sandbox does not allow',
+  400,
+);
+export type DuckdbRefusedError = InstanceType<typeof DuckdbRefusedError>;
+/** A data table read into DuckDB (or a runnable's output) went past its bound of rows or bytes. */
+export const OutputTooLargeError = defineError(
+  'E_OUTPUT_TOO_LARGE',
+  'OutputTooLargeError',
+  'the runnable read or produced more data than its bound allows',
+  413,
+);
+export type OutputTooLargeError = InstanceType<typeof OutputTooLargeError>;
+/**
+ * A request reached a job's query proxy without that job's token, or after the job ended: it is
+ * answered with nothing but this code.
+ */
+export const ProxyRefusedError = defineError(
+  'E_PROXY_REFUSED',
+  'ProxyRefusedError',
+  "the query proxy refused the request: not this job's token, or the job has ended",
+  401,
+);
+export type ProxyRefusedError = InstanceType<typeof ProxyRefusedError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -310,6 +357,11 @@ export const errors = {
   E_EMBED_EXPIRED: EmbedExpiredError,
   E_EMBED_AUDIENCE: EmbedAudienceError,
   E_EMBED_REVOKED: EmbedRevokedError,
+  E_PYTHON_UNAVAILABLE: PythonUnavailableError,
+  E_DUCKDB_UNAVAILABLE: DuckdbUnavailableError,
+  E_DUCKDB_REFUSED: DuckdbRefusedError,
+  E_OUTPUT_TOO_LARGE: OutputTooLargeError,
+  E_PROXY_REFUSED: ProxyRefusedError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -1,0 +1,97 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  appOrigin,
+  type ClinicsDb,
+  clinicsDb,
+  embedOrigin,
+  outcome,
+} from '../../helpers/clinics_db.js';
+
+// Issue 21: the clinics app's Python and DuckDB twins return exactly what their SQL twins
+// return, for every viewer of "what each viewer sees" (embed links and refusals included),
+// cached per viewer — and a hit starts no python3 process and no DuckDB instance.
+
+const VIEWERS = {
+  'nora (provider, North)': appOrigin('nora@example.com'),
+  'nick (provider, North)': appOrigin('nick@example.com'),
+  'sam (provider, South)': appOrigin('sam@example.com'),
+  'ada (system administrator, North)': appOrigin('ada@example.com'),
+  'rita (provider, no entitlement)': appOrigin('rita@example.com'),
+  'dana (provider and system administrator)': appOrigin('dana@example.com'),
+  'nobody (no roles)': appOrigin('nobody@example.com'),
+  'an anonymous visitor': appOrigin(null),
+  'an embed link for North': embedOrigin('north'),
+  'an embed link for South': embedOrigin('south'),
+};
+const TWINS = [
+  ['f/clinics/patients', 'f/clinics/patients_py'],
+  ['f/clinics/patients', 'f/clinics/patients_duckdb'],
+  ['f/clinics/counts', 'f/clinics/counts_py'],
+  ['f/clinics/counts', 'f/clinics/counts_duckdb'],
+] as const;
+
+let fx: ClinicsDb;
+beforeAll(async () => {
+  fx = await clinicsDb();
+}, 60_000);
+afterAll(async () => {
+  await fx?.close();
+});
+
+describe('each twin returns what its SQL runnable returns, for every viewer', () => {
+  it.each(Object.entries(VIEWERS))('%s', async (_, origin) => {
+    for (const [sql, twin] of TWINS) {
+      const expected = await outcome(fx.executor, fx.executor, sql, origin);
+      const first = await outcome(fx.executor, fx.cached, twin, origin);
+      expect({ value: first.value, code: first.code }, twin).toEqual({
+        value: expected.value,
+        code: expected.code,
+      });
+      const spawns = await fx.spawns();
+      const instances = fx.instances();
+      const second = await outcome(fx.executor, fx.cached, twin, origin);
+      expect(second.value, twin).toEqual(expected.value);
+      expect(second.code, twin).toEqual(expected.code);
+      if (expected.code === undefined) {
+        // Cached per viewer: the second run is a hit, and a hit starts nothing.
+        expect(second.fromCache, twin).toBe(true);
+        expect(await fx.spawns(), twin).toBe(spawns);
+        expect(fx.instances(), twin).toBe(instances);
+      }
+    }
+  });
+
+  it('the table is not vacuous: rows for providers, counts for embeds, refusals for the rest', async () => {
+    const nora = await outcome(
+      fx.executor,
+      fx.executor,
+      'f/clinics/patients_py',
+      VIEWERS['nora (provider, North)'],
+    );
+    expect(nora.value).toEqual([
+      { patient_id: 1, name: 'P. Ames', clinic: 'n1' },
+      { patient_id: 2, name: 'P. Brook', clinic: 'n2' },
+    ]);
+    const south = await outcome(
+      fx.executor,
+      fx.executor,
+      'f/clinics/counts_duckdb',
+      VIEWERS['an embed link for South'],
+    );
+    expect(south.value).toEqual([{ clinic: 's1', patients: 3 }]);
+    const anon = await outcome(
+      fx.executor,
+      fx.executor,
+      'f/clinics/patients_duckdb',
+      VIEWERS['an anonymous visitor'],
+    );
+    expect(anon.code).toBe('E_NO_VIEWER');
+    const ada = await outcome(
+      fx.executor,
+      fx.executor,
+      'f/clinics/patients_py',
+      VIEWERS['ada (system administrator, North)'],
+    );
+    expect(ada.code).toBe('E_ROLE_REQUIRED');
+  });
+});
