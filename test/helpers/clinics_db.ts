@@ -85,9 +85,9 @@ export async function clinicsDb(): Promise<ClinicsDb> {
       createExecutor({
         runnables: { ...world.runnables, ...runnables },
         datatables,
-        python: { command },
-        duckdb: { load },
         ...options,
+        python: { command, ...options.python },
+        duckdb: { load, ...options.duckdb },
       });
     const executor = executorWith({});
     const cached = withResultCache(executor, {
