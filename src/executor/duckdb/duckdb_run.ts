@@ -60,11 +60,20 @@ const SANDBOX: Record<string, string> = {
 /** Loads `@duckdb/node-api` once per process; its absence is a coded refusal, not a crash. */
 let loaded: Promise<DuckdbModule> | undefined;
 export function loadDuckdb(): Promise<DuckdbModule> {
-  loaded ??= (import('@duckdb/node-api') as Promise<DuckdbModule>).catch((err: unknown) => {
-    loaded = undefined;
-    throw new DuckdbUnavailableError(undefined, { cause: err });
+  loaded ??= importDuckdb('@duckdb/node-api').catch((err: unknown) => {
+    loaded = undefined; // installed later: the next run finds it
+    throw err;
   });
   return loaded;
+}
+
+/** `import(specifier)` as a DuckDB module, or {@link DuckdbUnavailableError}. */
+export async function importDuckdb(specifier: string): Promise<DuckdbModule> {
+  try {
+    return (await import(specifier)) as DuckdbModule;
+  } catch (err) {
+    throw new DuckdbUnavailableError(undefined, { cause: err });
+  }
 }
 
 /**
