@@ -308,25 +308,54 @@ export const DuckdbRefusedError = defineError(
   400,
 );
 export type DuckdbRefusedError = InstanceType<typeof DuckdbRefusedError>;
-/** A data table read into DuckDB (or a runnable's output) went past its bound of rows or bytes. */
-export const OutputTooLargeError = defineError(
-  'E_OUTPUT_TOO_LARGE',
-  'OutputTooLargeError',
-  'the runnable read or produced more data than its bound allows',
-  413,
-);
-export type OutputTooLargeError = InstanceType<typeof OutputTooLargeError>;
-/**
- * A request reached a job's query proxy without that job's token, or after the job ended: it is
- * answered with nothing but this code.
- */
-export const ProxyRefusedError = defineError(
-  'E_PROXY_REFUSED',
-  'ProxyRefusedError',
-  "the query proxy refused the request: not this job's token, or the job has ended",
+// Jobs on agent workers (issue 20): the query proxy and the agent protocol.
+
+/** A job token no running job holds: forged, of a job that ended, or never issued. */
+export const JobTokenInvalidError = defineError(
+  'E_JOB_TOKEN_INVALID',
+  'JobTokenInvalidError',
+  'no running job holds this job token (the job ended, or the token was never issued)',
   401,
 );
-export type ProxyRefusedError = InstanceType<typeof ProxyRefusedError>;
+export type JobTokenInvalidError = InstanceType<typeof JobTokenInvalidError>;
+/**
+ * The caller does not speak the agent protocol this server speaks (no version, or another):
+ * refused rather than served, since an older peer may have dropped the viewer request.
+ */
+export const AgentProtocolError = defineError(
+  'E_AGENT_PROTOCOL',
+  'AgentProtocolError',
+  'this agent does not speak the protocol version the server requires: upgrade the agent',
+  426,
+);
+export type AgentProtocolError = InstanceType<typeof AgentProtocolError>;
+/** Proxied SQL was refused before it ran: several statements, a role change, or unreadable text. */
+export const StatementRefusedError = defineError(
+  'E_STATEMENT_REFUSED',
+  'StatementRefusedError',
+  'the query proxy runs exactly one statement, and never SET ROLE, RESET ROLE or SESSION AUTHORIZATION',
+  400,
+);
+export type StatementRefusedError = InstanceType<typeof StatementRefusedError>;
+/**
+ * More rows or bytes than a bound allows: a proxied statement's answer, the tables a DuckDB
+ * runnable copies in, or a Python runnable's result.
+ */
+export const ResultTooLargeError = defineError(
+  'E_RESULT_TOO_LARGE',
+  'ResultTooLargeError',
+  "the statement's result is larger than the query proxy allows: select fewer rows or columns",
+  413,
+);
+export type ResultTooLargeError = InstanceType<typeof ResultTooLargeError>;
+/** A proxied statement ran longer than the proxy's time bound (it was cancelled). */
+export const QueryTimeoutError = defineError(
+  'E_QUERY_TIMEOUT',
+  'QueryTimeoutError',
+  'the statement ran longer than the query proxy allows',
+  504,
+);
+export type QueryTimeoutError = InstanceType<typeof QueryTimeoutError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -360,8 +389,11 @@ export const errors = {
   E_PYTHON_UNAVAILABLE: PythonUnavailableError,
   E_DUCKDB_UNAVAILABLE: DuckdbUnavailableError,
   E_DUCKDB_REFUSED: DuckdbRefusedError,
-  E_OUTPUT_TOO_LARGE: OutputTooLargeError,
-  E_PROXY_REFUSED: ProxyRefusedError,
+  E_JOB_TOKEN_INVALID: JobTokenInvalidError,
+  E_AGENT_PROTOCOL: AgentProtocolError,
+  E_STATEMENT_REFUSED: StatementRefusedError,
+  E_RESULT_TOO_LARGE: ResultTooLargeError,
+  E_QUERY_TIMEOUT: QueryTimeoutError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -56,6 +56,7 @@ export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js
 export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
+  AgentProtocolError,
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,
@@ -75,16 +76,18 @@ export {
   InvalidDatatableRefError,
   InvalidJobError,
   InvalidRoleNameError,
+  JobTokenInvalidError,
   NoDefaultRoleError,
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
-  OutputTooLargeError,
-  ProxyRefusedError,
   PythonUnavailableError,
+  QueryTimeoutError,
+  ResultTooLargeError,
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,
+  StatementRefusedError,
   StoreUnavailableError,
   UnknownDatatableError,
   UnknownRoleError,
@@ -102,10 +105,8 @@ export type {
   DuckdbModule,
   DuckdbRunnable,
   Executor,
-  JobQueryProxy,
   JobRequest,
   JobTokenIssuer,
-  ProxiedQuery,
   PythonRunnable,
   RawDuckdbOptions,
   RawExecutorOptions,
@@ -135,6 +136,15 @@ export {
 export type { JobResult } from './job_result.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
+export type {
+  ProxiedQuery,
+  ProxiedQueryResult,
+  ProxiedReference,
+  QueryProxyDeps,
+  RawQueryProxyLimits,
+  RunningJobs,
+} from './proxy/query_proxy.js';
+export { AGENT_PROTOCOL_VERSION, runProxiedQuery } from './proxy/query_proxy.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

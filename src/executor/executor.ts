@@ -28,6 +28,7 @@ import {
 } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
+import type { RawQueryProxyLimits } from '../proxy/query_proxy.js';
 import {
   type DuckdbLimits,
   type DuckdbModule,
@@ -35,12 +36,10 @@ import {
   runDuckdbScript,
 } from './duckdb/duckdb_run.js';
 import { type DuckdbScript, parseDuckdbScript } from './duckdb/duckdb_script.js';
-import { createLocalQueryProxy } from './python/job_socket.js';
 import { type PythonLimits, runPython } from './python/python_run.js';
 import { pythonCodeOf, type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
 
 export type { DuckdbModule } from './duckdb/duckdb_run.js';
-export type { JobQueryProxy, ProxiedQuery } from './python/job_socket.js';
 export type {
   DuckdbRunnable,
   PythonRunnable,
@@ -74,8 +73,10 @@ export interface RawExecutorOptions {
 export interface RawPythonOptions {
   /** The interpreter: a name looked up on PATH, or an absolute path. @default 'python3' */
   command?: string;
-  /** Largest result (and rows of one proxied query) a Python runnable may return. @default '16mb' */
+  /** Largest result a Python runnable may return. @default '16mb' */
   maxOutput?: ByteSize;
+  /** Bounds of each statement it sends (rows, bytes, time). @default the query proxy's */
+  queryLimits?: RawQueryProxyLimits;
 }
 
 export interface RawDuckdbOptions {
@@ -157,6 +158,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
   const python: PythonLimits = {
     command: options.python?.command ?? 'python3',
     maxOutputBytes: resolveByteSize(options.python?.maxOutput ?? '16mb', 'python.maxOutput'),
+    queryLimits: options.python?.queryLimits,
   };
   if (typeof python.command !== 'string' || python.command.length === 0)
     throw new TypeError('python.command must be a non-empty string');
@@ -348,9 +350,16 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
   if (definition.kind === 'duckdb')
     return runDuckdbScript(registered.duckdb!, connect, deps.duckdb);
   if (definition.kind === 'python') {
-    // The process reaches the job's leases through its socket only, authenticated by its token.
-    const proxy = createLocalQueryProxy(connect);
-    return runPython(registered.python!, registered.path, args, proxy, deps.signal, deps.python);
+    // The process reaches the data tables through its job's socket only, with its job's token.
+    return runPython(
+      registered.python!,
+      registered.path,
+      job,
+      args,
+      deps.datatables,
+      deps.signal,
+      deps.python,
+    );
   }
 
   const ctx: RunContext = {

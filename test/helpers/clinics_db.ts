@@ -1,6 +1,7 @@
 import { chmod, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import {
   type CachedExecutor,
   createDatatables,
@@ -34,6 +35,10 @@ export interface ClinicsDb {
   readonly executor: Executor;
   readonly cached: CachedExecutor;
   readonly roles: { provider: string; systemAdmin: string; directory: string; embed: string };
+  /** Superuser connections to the database, for changes behind the library's back. */
+  readonly sql: pg.Pool;
+  /** Waits until the data tables have the catalog generation a direct write produced. */
+  settled(): Promise<void>;
   spawns(): Promise<number>;
   instances(): number;
   /** Another executor on the same data tables, with more runnables and options. */
@@ -90,6 +95,8 @@ export async function clinicsDb(): Promise<ClinicsDb> {
         duckdb: { load, ...options.duckdb },
       });
     const executor = executorWith({});
+    const sql = new pg.Pool({ connectionString: db.url, max: 2 });
+    sql.on('error', () => {});
     const cached = withResultCache(executor, {
       store: new MemoryCacheStore(),
       fingerprint: datatables.fingerprint,
@@ -101,12 +108,18 @@ export async function clinicsDb(): Promise<ClinicsDb> {
       executor,
       cached,
       roles,
+      sql,
+      async settled() {
+        const { rows } = await sql.query('select value from viewer_cache.generation');
+        await datatables.waitForGeneration(Number(rows[0]!['value']));
+      },
       async spawns() {
         return (await readFile(counter, 'utf8')).split('\n').filter(Boolean).length;
       },
       instances: () => instances,
       executorWith,
       async close() {
+        await sql.end();
         await datatables.close();
         await db.drop();
       },

@@ -4,7 +4,7 @@ import {
   DuckdbRefusedError,
   DuckdbUnavailableError,
   ExecutorFailedError,
-  OutputTooLargeError,
+  ResultTooLargeError,
   ViewerCacheError,
 } from '../../errors.js';
 import type { DuckdbScript, DuckdbTable } from './duckdb_script.js';
@@ -270,6 +270,6 @@ function duckdbError(err: unknown): Error {
 const firstLine = (text: string) => text.split('\n', 1)[0]!;
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 const tooLarge = (what: string) =>
-  new OutputTooLargeError(
+  new ResultTooLargeError(
     `the data tables this DuckDB script reads hold more ${what} than its bound (duckdb.maxRows / duckdb.maxBytes)`,
   );

@@ -1,56 +1,15 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
-import type { DatatableLease, DatatableQueryResult } from '../../connector/datatable_connector.js';
-import {
-  type DatatableRef,
-  formatDatatableRef,
-  parseDatatableRef,
-} from '../../connector/datatable_ref.js';
+import type { DatatableConnector } from '../../connector/datatable_connector.js';
 import {
   coerceError,
-  OutputTooLargeError,
-  ProxyRefusedError,
+  JobTokenInvalidError,
+  StatementRefusedError,
   ViewerCacheError,
 } from '../../errors.js';
-
-/** One data-table request from a runnable that holds no connection: what travels, nothing more. */
-export interface ProxiedQuery {
-  /** The reference exactly as the TypeScript client would build it (`datatable://main?as=viewer`). */
-  readonly reference: string;
-  readonly sql: string;
-  readonly params: readonly unknown[];
-}
-
-/**
- * What answers a job's proxied queries once its token was checked: the job's own leases, on the
- * connector the TypeScript runnables use (so the viewer is the job's recorded viewer, never
- * anything the request says). The agent workers' proxy core plugs in here for remote jobs.
- */
-export interface JobQueryProxy {
-  query(request: ProxiedQuery): Promise<DatatableQueryResult>;
-}
-
-/** The in-process proxy: one lease per distinct reference for the job, opened on first use. */
-export function createLocalQueryProxy(
-  connect: (ref: DatatableRef) => Promise<DatatableLease>,
-): JobQueryProxy {
-  const leases = new Map<string, Promise<DatatableLease>>();
-  return {
-    async query({ reference, sql, params }) {
-      const ref = parseDatatableRef(reference);
-      const key = formatDatatableRef(ref);
-      let lease = leases.get(key);
-      if (lease === undefined) {
-        lease = connect(ref);
-        leases.set(key, lease);
-        // A refused connect is not remembered: the next request asks (and is refused) again.
-        lease.catch(() => leases.delete(key));
-      }
-      return (await lease).query(sql, params);
-    },
-  };
-}
+import type { Job } from '../../job.js';
+import { type RawQueryProxyLimits, runProxiedQuery } from '../../proxy/query_proxy.js';
 
 /** A listening per-job socket: its path, the token it accepts, and how to end it. */
 export interface JobSocket {
@@ -60,15 +19,22 @@ export interface JobSocket {
   close(): Promise<void>;
 }
 
+/** Longest request line read from the process (SQL and params), in UTF-16 units. */
+const MAX_REQUEST = 1 << 20;
+
 /**
- * Serves `proxy` on a unix socket at `path` (inside a private 0700 directory; the socket itself
- * 0600) for as long as the job runs. Each line is one JSON request carrying the job's token;
- * anything without it, or after close(), is answered `E_PROXY_REFUSED` and nothing else.
+ * Serves the query proxy (`runProxiedQuery`, the agent workers' core) for `job` on a unix
+ * socket at `path` (inside a private 0700 directory; the socket itself 0600) for as long as
+ * the job runs. Each line is one JSON request in the agent protocol: its version, the job's
+ * token, the reference as `{ datatable, role }` (the viewer as `DATATABLE_VIEWER_ROLE`), one
+ * statement and its params. The token stands for `job` only until close(); anything else is
+ * `E_JOB_TOKEN_INVALID`. Each statement leases the viewer's connection and releases it (reset).
  */
 export async function openJobSocket(
   path: string,
-  proxy: JobQueryProxy,
-  limits: { maxResponseBytes: number },
+  job: Job,
+  connector: DatatableConnector,
+  limits: RawQueryProxyLimits | undefined,
 ): Promise<JobSocket> {
   const token = randomBytes(32).toString('base64url');
   const digest = sha256(token);
@@ -89,7 +55,7 @@ export async function openJobSocket(
     socket.setEncoding('utf8');
     socket.on('data', (chunk: string) => {
       buffered += chunk;
-      if (buffered.length > limits.maxResponseBytes) return socket.destroy();
+      if (buffered.length > MAX_REQUEST) return socket.destroy();
       let newline = buffered.indexOf('\n');
       while (newline !== -1) {
         const line = buffered.slice(0, newline);
@@ -101,36 +67,28 @@ export async function openJobSocket(
     });
   };
 
+  // The job while this socket is open; null for any other token, and for every token after.
+  const jobs = {
+    jobOfToken: (candidate: string) =>
+      open && timingSafeEqual(sha256(candidate), digest) ? job : null,
+  };
   const answer = async (line: string): Promise<string> => {
-    let request: {
-      id?: unknown;
-      token?: unknown;
-      reference?: unknown;
-      sql?: unknown;
-      params?: unknown;
-    };
+    let request: Record<string, unknown>;
     try {
       request = JSON.parse(line);
+      if (request === null || typeof request !== 'object') throw new TypeError();
     } catch {
-      return refusal(undefined, new ProxyRefusedError('a request is one JSON object per line'));
+      return refusal(undefined, new StatementRefusedError('a request is one JSON object per line'));
     }
-    const id = typeof request.id === 'number' ? request.id : undefined;
-    if (
-      !open ||
-      typeof request.token !== 'string' ||
-      !timingSafeEqual(sha256(request.token), digest)
-    )
-      return refusal(id, new ProxyRefusedError());
-    const { reference, sql, params } = request;
-    if (typeof reference !== 'string' || typeof sql !== 'string' || !Array.isArray(params))
-      return refusal(id, new ProxyRefusedError('a request carries reference, sql and params'));
+    const id = typeof request['id'] === 'number' ? request['id'] : undefined;
     try {
-      const result = await proxy.query({ reference, sql, params });
-      if (!open) return refusal(id, new ProxyRefusedError());
-      const text = JSON.stringify({ id, ok: true, rows: result.rows, rowCount: result.rowCount });
-      if (text.length > limits.maxResponseBytes)
-        return refusal(id, new OutputTooLargeError('the rows of one query exceed the proxy bound'));
-      return text;
+      const result = await runProxiedQuery(
+        request as unknown as Parameters<typeof runProxiedQuery>[0],
+        { jobs, connector, ...(limits === undefined ? {} : { limits }) },
+      );
+      // The job may have ended while the statement ran: its answer is not handed over.
+      if (!open) return refusal(id, new JobTokenInvalidError());
+      return `{"id":${id ?? 'null'},"ok":true,${result.json.slice(1)}`;
     } catch (thrown) {
       return refusal(id, coerceError(thrown));
     }

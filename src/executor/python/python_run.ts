@@ -2,22 +2,28 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { DatatableConnector } from '../../connector/datatable_connector.js';
 import {
+  DatatableUnavailableError,
   ExecutorFailedError,
   ExecutorTimeoutError,
   errors,
-  OutputTooLargeError,
   PythonUnavailableError,
+  ResultTooLargeError,
 } from '../../errors.js';
-import { type JobQueryProxy, openJobSocket } from './job_socket.js';
+import type { Job } from '../../job.js';
+import type { RawQueryProxyLimits } from '../../proxy/query_proxy.js';
+import { openJobSocket } from './job_socket.js';
 import { PYTHON_BOOT, VIEWER_CACHE_PY } from './viewer_cache_py.js';
 
 /** How Python runnables are started, resolved by the executor. */
 export interface PythonLimits {
   /** The interpreter, e.g. `python3` (found on the executor's PATH) or an absolute path. */
   readonly command: string;
-  /** Bytes the result (stdout) and one proxied query's rows may take. */
+  /** Bytes the result (stdout) may take. */
   readonly maxOutputBytes: number;
+  /** Bounds of each proxied statement (rows, bytes, time); the proxy's defaults when absent. */
+  readonly queryLimits: RawQueryProxyLimits | undefined;
 }
 
 /** Nothing of the executor's environment: no DATABASE_URL, no secret, no token. */
@@ -44,17 +50,18 @@ const STDERR_KEPT = 64 * 1024;
 export async function runPython(
   code: string,
   path: string,
+  job: Job,
   args: Record<string, unknown>,
-  proxy: JobQueryProxy,
+  connector: DatatableConnector | undefined,
   signal: AbortSignal,
   limits: PythonLimits,
 ): Promise<unknown> {
+  // Without data tables the process could still run, but every query would be refused: say so.
+  if (connector === undefined) throw new DatatableUnavailableError();
   const dir = await mkdtemp(join(tmpdir(), 'vc-py-')); // mode 0700
   try {
     await writeFile(join(dir, 'viewer_cache.py'), VIEWER_CACHE_PY, { mode: 0o600 });
-    const socket = await openJobSocket(join(dir, 'q.sock'), proxy, {
-      maxResponseBytes: limits.maxOutputBytes,
-    });
+    const socket = await openJobSocket(join(dir, 'q.sock'), job, connector, limits.queryLimits);
     try {
       const payload = { dir, socket: socket.path, token: socket.token, code, path, args };
       return await spawnPython(JSON.stringify(payload), dir, signal, limits);
@@ -93,7 +100,7 @@ function spawnPython(
       outBytes += chunk.length;
       if (outBytes > limits.maxOutputBytes)
         stop(
-          new OutputTooLargeError('the Python runnable returned more than python.maxOutputBytes'),
+          new ResultTooLargeError('the Python runnable returned more than python.maxOutputBytes'),
         );
       else out.push(chunk);
     });

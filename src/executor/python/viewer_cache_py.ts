@@ -23,7 +23,8 @@ import sys
 __all__ = [
     'datatable', 'Datatable', 'ViewerCacheError', 'NoViewerError', 'NoRolesError',
     'RoleRequiredError', 'RoleNotPermittedError', 'UnknownRoleError', 'UnknownDatatableError',
-    'InvalidDatatableRefError', 'ProxyRefusedError', 'DatabaseError',
+    'InvalidDatatableRefError', 'JobTokenInvalidError', 'StatementRefusedError',
+    'ResultTooLargeError', 'QueryTimeoutError', 'DatabaseError',
 ]
 
 
@@ -65,8 +66,20 @@ class InvalidDatatableRefError(ViewerCacheError):
     code = 'E_INVALID_DATATABLE_REF'
 
 
-class ProxyRefusedError(ViewerCacheError):
-    code = 'E_PROXY_REFUSED'
+class JobTokenInvalidError(ViewerCacheError):
+    code = 'E_JOB_TOKEN_INVALID'
+
+
+class StatementRefusedError(ViewerCacheError):
+    code = 'E_STATEMENT_REFUSED'
+
+
+class ResultTooLargeError(ViewerCacheError):
+    code = 'E_RESULT_TOO_LARGE'
+
+
+class QueryTimeoutError(ViewerCacheError):
+    code = 'E_QUERY_TIMEOUT'
 
 
 class DatabaseError(ViewerCacheError):
@@ -80,8 +93,12 @@ class DatabaseError(ViewerCacheError):
 
 _BY_CODE = {cls.code: cls for cls in (
     NoViewerError, NoRolesError, RoleRequiredError, RoleNotPermittedError, UnknownRoleError,
-    UnknownDatatableError, InvalidDatatableRefError, ProxyRefusedError,
+    UnknownDatatableError, InvalidDatatableRefError, JobTokenInvalidError, StatementRefusedError,
+    ResultTooLargeError, QueryTimeoutError,
 )}
+
+# The agent protocol version this client speaks (the query proxy refuses any other).
+_PROTOCOL = 1
 
 _job = {'socket': None, 'token': None}
 _conn = {'sock': None, 'file': None, 'next': 0}
@@ -90,20 +107,20 @@ _conn = {'sock': None, 'file': None, 'next': 0}
 def _request(reference, sql, params):
     if _conn['sock'] is None:
         if _job['socket'] is None:
-            raise ProxyRefusedError('no job is running in this process')
+            raise JobTokenInvalidError('no job is running in this process')
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(_job['socket'])
         _conn['sock'] = sock
         _conn['file'] = sock.makefile('rwb')
     _conn['next'] += 1
-    message = {'id': _conn['next'], 'token': _job['token'], 'reference': reference,
-               'sql': sql, 'params': list(params)}
+    message = {'id': _conn['next'], 'protocol': _PROTOCOL, 'jobToken': _job['token'],
+               'reference': reference, 'sql': sql, 'params': list(params)}
     f = _conn['file']
     f.write(json.dumps(message, allow_nan=False).encode('utf-8') + b'\n')
     f.flush()
     line = f.readline()
     if not line:
-        raise ProxyRefusedError('the job query proxy closed the connection (has the job ended?)')
+        raise JobTokenInvalidError('the job query proxy closed the connection (has the job ended?)')
     answer = json.loads(line)
     if answer.get('ok'):
         return answer['rows']
@@ -115,20 +132,19 @@ def _request(reference, sql, params):
 
 
 def _reference(name, as_viewer, role, roles):
+    # As the TypeScript client sends it: { datatable, role }, the viewer request spelt as the
+    # role name '@viewer' (narrowed: '@viewer:a,b', sorted), which no real role can have.
     if as_viewer and role is not None:
         raise InvalidDatatableRefError('give either as_viewer=True or role=, not both')
     if roles is not None and not as_viewer:
         raise InvalidDatatableRefError('roles= narrows as_viewer=True: give both')
-    ref = 'datatable://' + name
     if as_viewer:
-        ref += '?as=viewer'
-        if roles is not None:
-            if isinstance(roles, str):
-                roles = [roles]
-            ref += '&roles=' + ','.join(sorted(set(roles)))
-    elif role is not None:
-        ref += '?role=' + role
-    return ref
+        if roles is None:
+            return {'datatable': name, 'role': '@viewer'}
+        if isinstance(roles, str):
+            roles = [roles]
+        return {'datatable': name, 'role': '@viewer:' + ','.join(sorted(set(roles)))}
+    return {'datatable': name, 'role': role}
 
 
 class Datatable:
@@ -148,7 +164,8 @@ class Datatable:
 
 
 def datatable(name, as_viewer=False, role=None, roles=None):
-    """datatable('main', as_viewer=True) is datatable://main?as=viewer; role='r' is ?role=r."""
+    """datatable('main', as_viewer=True) is datatable://main?as=viewer; role='r' is ?role=r;
+    roles=['a', 'b'] with as_viewer=True narrows the viewer's connection to those roles."""
     return Datatable(_reference(name, as_viewer, role, roles))
 
 

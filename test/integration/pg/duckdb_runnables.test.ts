@@ -11,7 +11,7 @@ import { appOrigin, type ClinicsDb, clinicsDb, outcome } from '../../helpers/cli
 // DuckDB runnables (issue 21): each table the script names is read through the viewer's
 // connection into an in-memory DuckDB, which then runs the script with no file, network or
 // extension access and its configuration locked. A script reaching for a file, a setting or an
-// extension is refused (E_DUCKDB_REFUSED); the copy is bounded (E_OUTPUT_TOO_LARGE).
+// extension is refused (E_DUCKDB_REFUSED); the copy is bounded (E_RESULT_TOO_LARGE).
 
 const NORA = 'nora@example.com';
 const ADA = 'ada@example.com';
@@ -125,14 +125,14 @@ describe('escapes are refused', () => {
 });
 
 describe('the copy is bounded', () => {
-  it('more rows than duckdb.maxRows: E_OUTPUT_TOO_LARGE', async () => {
-    expect(await run('all', NORA, bounded)).toEqual({ code: 'E_OUTPUT_TOO_LARGE' });
+  it('more rows than duckdb.maxRows: E_RESULT_TOO_LARGE', async () => {
+    expect(await run('all', NORA, bounded)).toEqual({ code: 'E_RESULT_TOO_LARGE' });
   });
 
-  it('more bytes than duckdb.maxBytes: E_OUTPUT_TOO_LARGE', async () => {
+  it('more bytes than duckdb.maxBytes: E_RESULT_TOO_LARGE', async () => {
     const tiny = fx.executorWith({}, { duckdb: { maxBytes: 20 } });
     expect(await run('f/clinics/patients_duckdb', NORA, tiny)).toEqual({
-      code: 'E_OUTPUT_TOO_LARGE',
+      code: 'E_RESULT_TOO_LARGE',
     });
   });
 

@@ -95,3 +95,65 @@ describe('each twin returns what its SQL runnable returns, for every viewer', ()
     expect(ada.code).toBe('E_ROLE_REQUIRED');
   });
 });
+
+// The leak classes of SPEC ("same runnable, two viewers"), for both new kinds.
+describe('leak classes, for Python and DuckDB runnables', () => {
+  const KINDS = ['f/clinics/patients_py', 'f/clinics/patients_duckdb'] as const;
+  const NICKS = [
+    { patient_id: 3, name: 'P. Chen', clinic: 'n1' },
+    { patient_id: 4, name: 'P. Diaz', clinic: 'n2' },
+  ];
+
+  it.each(KINDS)(
+    '%s: concurrent runs of two viewers are never coalesced into one',
+    async (path) => {
+      const [nora, nick, nora2, nick2] = await Promise.all(
+        ['nora@example.com', 'nick@example.com', 'nora@example.com', 'nick@example.com'].map(
+          (email) => outcome(fx.executor, fx.cached, path, appOrigin(email)),
+        ),
+      );
+      expect(nick!.value).toEqual(NICKS);
+      expect(nick2!.value).toEqual(NICKS);
+      expect(nora!.value).toEqual(nora2!.value);
+      expect(nora!.value).not.toEqual(NICKS);
+    },
+  );
+
+  it('a revoked entitlement applies on the viewer’s next run, cached entries of both kinds included', async () => {
+    for (const path of KINDS) {
+      await outcome(fx.executor, fx.cached, path, appOrigin('nick@example.com'));
+      expect(
+        (await outcome(fx.executor, fx.cached, path, appOrigin('nick@example.com'))).fromCache,
+      ).toBe(true);
+    }
+    await fx.sql.query('delete from clinics.entitlements where email = $1', ['nick@example.com']);
+    await fx.settled();
+    for (const path of KINDS) {
+      const after = await outcome(fx.executor, fx.cached, path, appOrigin('nick@example.com'));
+      expect(after, path).toEqual({ value: [], fromCache: false });
+    }
+    // Nobody else's entry moved.
+    const nora = await outcome(
+      fx.executor,
+      fx.cached,
+      'f/clinics/patients_py',
+      appOrigin('nora@example.com'),
+    );
+    expect(nora.fromCache).toBe(true);
+  });
+
+  it('a role taken away applies on the next run: refused, never the cached rows', async () => {
+    const { generation } = await fx.datatables.admin.removeMembership(
+      'demo',
+      'sam@example.com',
+      'group',
+      'providers',
+    );
+    await fx.datatables.waitForGeneration(generation);
+    for (const path of KINDS)
+      expect(
+        (await outcome(fx.executor, fx.cached, path, appOrigin('sam@example.com'))).code,
+        path,
+      ).toBe('E_ROLE_REQUIRED');
+  });
+});

@@ -50,7 +50,7 @@ beforeAll(async () => {
           "    viewer_cache._job['token'] = 'A' * 43",
           '    try:',
           `        return ${patients}.query(${JSON.stringify(PATIENTS_SQL)})`,
-          '    except viewer_cache.ProxyRefusedError as err:',
+          '    except viewer_cache.JobTokenInvalidError as err:',
           '        return {"refused": err.code}',
         ),
       },
@@ -140,17 +140,24 @@ beforeAll(async () => {
         code: py(
           'import viewer_cache',
           'from viewer_cache import datatable',
+          'ATTEMPTS = [',
+          `    ("set_role", "set role ${systemAdmin}"),`,
+          '    ("set_admin", "set role admin"),',
+          '    ("reset_role", "reset role"),',
+          '    ("session", "set session authorization default"),',
+          '    ("two_statements", "select 1; reset role"),',
+          `    ("set_config", "select set_config('role', '${systemAdmin}', false)"),`,
+          ']',
           'def main():',
           `    db = ${patients}`,
           '    out = {}',
-          `    for name, sql in [("set_role", "set role ${systemAdmin}"), ("set_admin", "set role admin"), ("session", "set session authorization default")]:`,
+          '    for name, sql in ATTEMPTS:',
           '        try:',
           '            db.query(sql)',
           '            out[name] = "ok"',
           '        except viewer_cache.ViewerCacheError as err:',
           "            out[name] = getattr(err, 'sqlstate', None) or err.code",
-          '    db.query("reset role")',
-          `    out["after_reset"] = [r["patient_id"] for r in db.query(${JSON.stringify(PATIENTS_SQL)})]`,
+          `    out["after"] = [r["patient_id"] for r in db.query(${JSON.stringify(PATIENTS_SQL)})]`,
           '    out["same_user"] = db.fetch_one("select current_user = session_user as s")["s"]',
           '    out["viewer"] = db.fetch_one("select viewer_cache.viewer_email() as v")["v"]',
           '    return out',
@@ -211,7 +218,7 @@ describe('a Python runnable holds no credential', () => {
 describe('reading as anyone else gets nothing', () => {
   it('a forged token is refused', async () => {
     expect(await run('forged')).toEqual({
-      value: { refused: 'E_PROXY_REFUSED' },
+      value: { refused: 'E_JOB_TOKEN_INVALID' },
       fromCache: false,
     });
   });
@@ -223,7 +230,7 @@ describe('reading as anyone else gets nothing', () => {
     const { value } = await run('reuses', ADA, { left });
     expect(value).toEqual({
       their_socket: expect.stringMatching(/FileNotFoundError|ConnectionRefusedError/),
-      their_token: 'E_PROXY_REFUSED',
+      their_token: 'E_JOB_TOKEN_INVALID',
     });
   });
 
@@ -234,7 +241,7 @@ describe('reading as anyone else gets nothing', () => {
       run('holds', NORA, { to: left, done }),
       run('intrudes', ADA, { left, done }),
     ]);
-    expect(intruder.value).toBe('E_PROXY_REFUSED');
+    expect(intruder.value).toBe('E_JOB_TOKEN_INVALID');
     expect(holder.value).toEqual(['0o700', '0o600']);
   });
 
@@ -242,12 +249,15 @@ describe('reading as anyone else gets nothing', () => {
     expect(await run('widens')).toEqual({
       fromCache: false,
       value: {
-        set_role: '42501',
-        set_admin: expect.stringMatching(/^(42501|E_INVALID_DATA)$/),
-        // Back to the session user: the narrowed login itself, no wider.
-        session: 'ok',
+        // The proxy runs one statement and never a role change; set_config is Postgres's to refuse.
+        set_role: 'E_STATEMENT_REFUSED',
+        set_admin: 'E_STATEMENT_REFUSED',
+        reset_role: 'E_STATEMENT_REFUSED',
+        session: 'E_STATEMENT_REFUSED',
+        two_statements: 'E_STATEMENT_REFUSED',
+        set_config: expect.stringMatching(/^(42501|E_STATEMENT_REFUSED)$/),
+        after: [1, 2],
         same_user: true,
-        after_reset: [1, 2],
         viewer: NORA,
       },
     });
@@ -261,8 +271,8 @@ describe('the process is bounded and its failures coded', () => {
     expect(await fx.spawns()).toBe(before + 1);
   });
 
-  it('a result past python.maxOutput is E_OUTPUT_TOO_LARGE', async () => {
-    expect((await run('big')).code).toBe('E_OUTPUT_TOO_LARGE');
+  it('a result past python.maxOutput is E_RESULT_TOO_LARGE', async () => {
+    expect((await run('big')).code).toBe('E_RESULT_TOO_LARGE');
   });
 
   it("the runnable's prints do not reach its result; args arrive as main(**args)", async () => {
