@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCacheStore, withResultCache } from '../../../src/index.js';
 import {
   appOrigin,
   type ClinicsDb,
@@ -107,11 +108,22 @@ describe('leak classes, for Python and DuckDB runnables', () => {
   it.each(KINDS)(
     '%s: concurrent runs of two viewers are never coalesced into one',
     async (path) => {
+      // A cache of its own: all four are misses, two pairs of identical runs in flight at once.
+      const fresh = withResultCache(fx.executor, {
+        store: new MemoryCacheStore(),
+        fingerprint: fx.datatables.fingerprint,
+      });
       const [nora, nick, nora2, nick2] = await Promise.all(
         ['nora@example.com', 'nick@example.com', 'nora@example.com', 'nick@example.com'].map(
-          (email) => outcome(fx.executor, fx.cached, path, appOrigin(email)),
+          (email) => outcome(fx.executor, fresh, path, appOrigin(email)),
         ),
       );
+      expect([nora, nick, nora2, nick2].map((r) => r!.fromCache)).toEqual([
+        false,
+        false,
+        false,
+        false,
+      ]);
       expect(nick!.value).toEqual(NICKS);
       expect(nick2!.value).toEqual(NICKS);
       expect(nora!.value).toEqual(nora2!.value);
