@@ -85,11 +85,21 @@ function spawnPython(
       cwd: dir,
       env: scrubbedEnv(dir),
       stdio: ['pipe', 'pipe', 'pipe'],
+      // A process group of its own, so that whatever it started ends with it (killGroup).
+      detached: true,
     });
+    const killGroup = () => {
+      if (child.pid === undefined) return;
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // ESRCH: the group is already gone.
+      }
+    };
     let failure: Error | undefined;
     const stop = (err: Error) => {
       failure ??= err;
-      child.kill('SIGKILL');
+      killGroup();
     };
     const onAbort = () => stop(new ExecutorTimeoutError());
     signal.addEventListener('abort', onAbort, { once: true });
@@ -116,8 +126,13 @@ function spawnPython(
           : new ExecutorFailedError(`python could not start: ${err.message}`, { cause: err }),
       );
     });
+    // Its own exit ends its group: a subprocess holding our pipes would otherwise keep 'close'
+    // (and the job) waiting until the timeout.
+    child.on('exit', killGroup);
     child.on('close', (exitCode) => {
       signal.removeEventListener('abort', onAbort);
+      // Nothing the runnable started outlives its job (a subprocess it left running).
+      killGroup();
       if (failure !== undefined) return reject(failure);
       const text = Buffer.concat(out).toString('utf8');
       let answer: {

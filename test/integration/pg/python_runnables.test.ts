@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -177,6 +178,14 @@ beforeAll(async () => {
       },
       raises: { kind: 'python', code: py('def main():', '    raise ValueError("nope")') },
       noMain: { kind: 'python', code: 'x = 1' },
+      leavesChild: {
+        kind: 'python',
+        code: py(
+          'import subprocess',
+          'def main():',
+          "    return subprocess.Popen(['sleep', '60'], start_new_session=False).pid",
+        ),
+      },
     },
     { timeout: '3s', python: { maxOutput: 100_000 } },
   );
@@ -284,6 +293,23 @@ describe('the process is bounded and its failures coded', () => {
     expect(await run('noMain')).toEqual({ code: 'E_EXECUTOR_FAILED' });
   });
 
+  it('a subprocess it leaves running ends with its job', async () => {
+    const { value: pid } = await run('leavesChild');
+    expect(typeof pid).toBe('number');
+    const alive = () => {
+      try {
+        process.kill(pid as number, 0);
+        return !isZombie(pid as number);
+      } catch {
+        return false;
+      }
+    };
+    // Killed with the job's process group; reaped by init shortly after.
+    const deadline = Date.now() + 5000;
+    while (alive() && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+    expect(alive()).toBe(false);
+  });
+
   it('no python3: a coded refusal, E_PYTHON_UNAVAILABLE', async () => {
     const without = fx.executorWith({}, { python: { command: '/nonexistent/python3' } });
     expect((await outcome(without, without, 'f/clinics/patients_py', appOrigin(NORA))).code).toBe(
@@ -302,3 +328,12 @@ describe('the process is bounded and its failures coded', () => {
     expect(await readFile(file, 'utf8')).toContain('changed later');
   });
 });
+
+/** A killed process not yet reaped by its new parent still answers kill(pid, 0). */
+function isZombie(pid: number): boolean {
+  try {
+    return /\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
