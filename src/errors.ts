@@ -281,6 +281,82 @@ export const InvalidationUnsupportedError = defineError(
 );
 export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
+/** A Python runnable was asked to run and no `python3` could be started (not installed, not on PATH). */
+export const PythonUnavailableError = defineError(
+  'E_PYTHON_UNAVAILABLE',
+  'PythonUnavailableError',
+  'python3 could not be started on this executor: install it or point the executor at one (python.command)',
+  501,
+);
+export type PythonUnavailableError = InstanceType<typeof PythonUnavailableError>;
+/** A DuckDB runnable was asked to run and `@duckdb/node-api` (an optional peer) is not installed. */
+export const DuckdbUnavailableError = defineError(
+  'E_DUCKDB_UNAVAILABLE',
+  'DuckdbUnavailableError',
+  'DuckDB runnables need the optional peer @duckdb/node-api: npm install @duckdb/node-api',
+  501,
+);
+export type DuckdbUnavailableError = InstanceType<typeof DuckdbUnavailableError>;
+/**
+ * A DuckDB script asked for something outside its sandbox: a file, a second ATTACH, a setting,
+ * an extension, a write, or a statement that is not a query. Refused before (or instead of) running.
+ */
+export const DuckdbRefusedError = defineError(
+  'E_DUCKDB_REFUSED',
+  'DuckdbRefusedError',
+  'the DuckDB script asked for something its sandbox does not allow',
+  400,
+);
+export type DuckdbRefusedError = InstanceType<typeof DuckdbRefusedError>;
+// Jobs on agent workers (issue 20): the query proxy and the agent protocol.
+
+/** A job token no running job holds: forged, of a job that ended, or never issued. */
+export const JobTokenInvalidError = defineError(
+  'E_JOB_TOKEN_INVALID',
+  'JobTokenInvalidError',
+  'no running job holds this job token (the job ended, or the token was never issued)',
+  401,
+);
+export type JobTokenInvalidError = InstanceType<typeof JobTokenInvalidError>;
+/**
+ * The caller does not speak the agent protocol this server speaks (no version, or another):
+ * refused rather than served, since an older peer may have dropped the viewer request.
+ */
+export const AgentProtocolError = defineError(
+  'E_AGENT_PROTOCOL',
+  'AgentProtocolError',
+  'this agent does not speak the protocol version the server requires: upgrade the agent',
+  426,
+);
+export type AgentProtocolError = InstanceType<typeof AgentProtocolError>;
+/** Proxied SQL was refused before it ran: several statements, a role change, or unreadable text. */
+export const StatementRefusedError = defineError(
+  'E_STATEMENT_REFUSED',
+  'StatementRefusedError',
+  'the query proxy runs exactly one statement, and never SET ROLE, RESET ROLE or SESSION AUTHORIZATION',
+  400,
+);
+export type StatementRefusedError = InstanceType<typeof StatementRefusedError>;
+/**
+ * More rows or bytes than a bound allows: a proxied statement's answer, the tables a DuckDB
+ * runnable copies in, or a Python runnable's result.
+ */
+export const ResultTooLargeError = defineError(
+  'E_RESULT_TOO_LARGE',
+  'ResultTooLargeError',
+  "the statement's result is larger than the query proxy allows: select fewer rows or columns",
+  413,
+);
+export type ResultTooLargeError = InstanceType<typeof ResultTooLargeError>;
+/** A proxied statement ran longer than the proxy's time bound (it was cancelled). */
+export const QueryTimeoutError = defineError(
+  'E_QUERY_TIMEOUT',
+  'QueryTimeoutError',
+  'the statement ran longer than the query proxy allows',
+  504,
+);
+export type QueryTimeoutError = InstanceType<typeof QueryTimeoutError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -310,6 +386,14 @@ export const errors = {
   E_EMBED_EXPIRED: EmbedExpiredError,
   E_EMBED_AUDIENCE: EmbedAudienceError,
   E_EMBED_REVOKED: EmbedRevokedError,
+  E_PYTHON_UNAVAILABLE: PythonUnavailableError,
+  E_DUCKDB_UNAVAILABLE: DuckdbUnavailableError,
+  E_DUCKDB_REFUSED: DuckdbRefusedError,
+  E_JOB_TOKEN_INVALID: JobTokenInvalidError,
+  E_AGENT_PROTOCOL: AgentProtocolError,
+  E_STATEMENT_REFUSED: StatementRefusedError,
+  E_RESULT_TOO_LARGE: ResultTooLargeError,
+  E_QUERY_TIMEOUT: QueryTimeoutError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

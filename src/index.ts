@@ -56,11 +56,14 @@ export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js
 export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
+  AgentProtocolError,
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,
   ConnectionLostError,
   DatatableUnavailableError,
+  DuckdbRefusedError,
+  DuckdbUnavailableError,
   EmbedAudienceError,
   EmbedExpiredError,
   EmbedInvalidError,
@@ -73,13 +76,18 @@ export {
   InvalidDatatableRefError,
   InvalidJobError,
   InvalidRoleNameError,
+  JobTokenInvalidError,
   NoDefaultRoleError,
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  PythonUnavailableError,
+  QueryTimeoutError,
+  ResultTooLargeError,
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,
+  StatementRefusedError,
   StoreUnavailableError,
   UnknownDatatableError,
   UnknownRoleError,
@@ -94,10 +102,15 @@ export type {
 } from './events.js';
 export type {
   DatatableRequest,
+  DuckdbModule,
+  DuckdbRunnable,
   Executor,
   JobRequest,
   JobTokenIssuer,
+  PythonRunnable,
+  RawDuckdbOptions,
   RawExecutorOptions,
+  RawPythonOptions,
   RunContext,
   RunnableDefinition,
   SqlRunnable,
@@ -123,6 +136,15 @@ export {
 export type { JobResult } from './job_result.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
+export type {
+  ProxiedQuery,
+  ProxiedQueryResult,
+  ProxiedReference,
+  QueryProxyDeps,
+  RawQueryProxyLimits,
+  RunningJobs,
+} from './proxy/query_proxy.js';
+export { AGENT_PROTOCOL_VERSION, runProxiedQuery } from './proxy/query_proxy.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

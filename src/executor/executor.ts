@@ -6,7 +6,7 @@ import {
   datatableRefOf,
   parseDatatableRef,
 } from '../connector/datatable_ref.js';
-import { type Duration, resolveDuration } from '../duration.js';
+import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
 import {
   coerceError,
   DatatableUnavailableError,
@@ -28,9 +28,21 @@ import {
 } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
-import { type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
+import type { RawQueryProxyLimits } from '../proxy/query_proxy.js';
+import {
+  type DuckdbLimits,
+  type DuckdbModule,
+  loadDuckdb,
+  runDuckdbScript,
+} from './duckdb/duckdb_run.js';
+import { type DuckdbScript, parseDuckdbScript } from './duckdb/duckdb_script.js';
+import { type PythonLimits, runPython } from './python/python_run.js';
+import { pythonCodeOf, type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
 
+export type { DuckdbModule } from './duckdb/duckdb_run.js';
 export type {
+  DuckdbRunnable,
+  PythonRunnable,
   RequiredRole,
   RunContext,
   RunnableDefinition,
@@ -52,6 +64,30 @@ export interface RawExecutorOptions {
   newJobId?: () => string;
   /** Issues `ctx.jobToken` when a job starts and revokes it when the job ends. @default none */
   jobTokens?: JobTokenIssuer;
+  /** How Python runnables start (`kind: 'python'`). */
+  python?: RawPythonOptions;
+  /** Bounds of DuckDB runnables (`kind: 'duckdb'`). */
+  duckdb?: RawDuckdbOptions;
+}
+
+export interface RawPythonOptions {
+  /** The interpreter: a name looked up on PATH, or an absolute path. @default 'python3' */
+  command?: string;
+  /** Largest result a Python runnable may return. @default '16mb' */
+  maxOutput?: ByteSize;
+  /** Bounds of each statement it sends (rows, bytes, time). @default the query proxy's */
+  queryLimits?: RawQueryProxyLimits;
+}
+
+export interface RawDuckdbOptions {
+  /** Rows a run may copy from its data tables, over all of them. @default 100_000 */
+  maxRows?: number;
+  /** Bytes (text of the values) a run may copy from its data tables. @default '64mb' */
+  maxBytes?: ByteSize;
+  /** DuckDB's `memory_limit` for each run's instance. @default '256MB' */
+  memoryLimit?: string;
+  /** Where `@duckdb/node-api` comes from. @default import('@duckdb/node-api') */
+  load?: () => Promise<DuckdbModule>;
 }
 
 /** Where job tokens come from (a server that accepts them on a child-run route). */
@@ -91,6 +127,10 @@ interface Registered {
   readonly path: string;
   readonly hash: string;
   readonly definition: RunnableDefinition;
+  /** A DuckDB runnable's script, read once. */
+  readonly duckdb?: DuckdbScript;
+  /** A Python runnable's code (its file read once). */
+  readonly python?: string;
 }
 
 /**
@@ -106,8 +146,32 @@ export function createExecutor(options: RawExecutorOptions): Executor {
   }
   const registry = new Map<string, Registered>();
   for (const [path, definition] of Object.entries(runnables)) {
-    registry.set(path, { path, hash: versionOf(path, definition), definition });
+    const hash = versionOf(path, definition);
+    registry.set(path, {
+      path,
+      hash,
+      definition,
+      ...(definition?.kind === 'duckdb' ? { duckdb: parseDuckdbScript(definition.sql) } : {}),
+      ...(definition?.kind === 'python' ? { python: pythonCodeOf(path, definition) } : {}),
+    });
   }
+  const python: PythonLimits = {
+    command: options.python?.command ?? 'python3',
+    maxOutputBytes: resolveByteSize(options.python?.maxOutput ?? '16mb', 'python.maxOutput'),
+    queryLimits: options.python?.queryLimits,
+  };
+  if (typeof python.command !== 'string' || python.command.length === 0)
+    throw new TypeError('python.command must be a non-empty string');
+  const duckdb: DuckdbLimits = {
+    maxRows: options.duckdb?.maxRows ?? 100_000,
+    maxBytes: resolveByteSize(options.duckdb?.maxBytes ?? '64mb', 'duckdb.maxBytes'),
+    memoryLimit: options.duckdb?.memoryLimit ?? '256MB',
+    load: options.duckdb?.load ?? loadDuckdb,
+  };
+  if (!Number.isSafeInteger(duckdb.maxRows) || duckdb.maxRows < 0)
+    throw new TypeError('duckdb.maxRows must be a non-negative integer');
+  if (!/^[0-9]+(\.[0-9]+)?\s*[KMGT]i?B$/i.test(duckdb.memoryLimit))
+    throw new TypeError("duckdb.memoryLimit is a size such as '256MB'");
   const timeoutMs = resolveDuration(options.timeout ?? '60s', 'timeout');
   const logger = options.logger ?? silentLogger;
   const newJobId = options.newJobId ?? randomUUID;
@@ -157,13 +221,15 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       const started = performance.now();
       const jobToken = options.jobTokens?.issue(job) ?? null;
       try {
-        const work = runDefinition(found.definition, job, {
+        const work = runDefinition(found, job, {
           jobToken,
           dispatcher,
           leases,
           state,
           signal: abort.signal,
           datatables,
+          python,
+          duckdb,
           createChild: (path, args, cacheTtlS) => {
             const child = lookup(path);
             return {
@@ -234,14 +300,13 @@ interface RunDeps {
   state: { ended: boolean };
   signal: AbortSignal;
   datatables: DatatableConnector | undefined;
+  python: PythonLimits;
+  duckdb: DuckdbLimits;
   createChild(path: string, args: Record<string, unknown>, cacheTtlS: number | undefined): Job;
 }
 
-async function runDefinition(
-  definition: RunnableDefinition,
-  job: Job,
-  deps: RunDeps,
-): Promise<unknown> {
+async function runDefinition(registered: Registered, job: Job, deps: RunDeps): Promise<unknown> {
+  const { definition } = registered;
   const connect = async (ref: DatatableRef): Promise<DatatableLease> => {
     if (deps.datatables === undefined) throw new DatatableUnavailableError();
     if (deps.signal.aborted) throw new ExecutorTimeoutError();
@@ -280,6 +345,21 @@ async function runDefinition(
     const values = (definition.params ?? []).map((name) => args[name] ?? null);
     const result = await lease.query(definition.sql, values);
     return result.rows;
+  }
+
+  if (definition.kind === 'duckdb')
+    return runDuckdbScript(registered.duckdb!, connect, deps.duckdb);
+  if (definition.kind === 'python') {
+    // The process reaches the data tables through its job's socket only, with its job's token.
+    return runPython(
+      registered.python!,
+      registered.path,
+      job,
+      args,
+      deps.datatables,
+      deps.signal,
+      deps.python,
+    );
   }
 
   const ctx: RunContext = {

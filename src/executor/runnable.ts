@@ -1,10 +1,12 @@
 import { hash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { DatatableClient } from '../connector/datatable_connector.js';
 import {
   type DatatableRequest,
   datatableRefOf,
   parseDatatableRef,
 } from '../connector/datatable_ref.js';
+import { parseDuckdbScript } from './duckdb/duckdb_script.js';
 
 /** What a TypeScript runnable receives beside its args. */
 export interface RunContext {
@@ -89,7 +91,41 @@ export interface SqlRunnable {
   readonly requiresRole?: RequiredRole;
 }
 
-export type RunnableDefinition = TsRunnable | SqlRunnable;
+/**
+ * A DuckDB script run as the viewer: `ATTACH 'datatable://NAME?as=viewer' AS dt` (or `?role=R`,
+ * `&roles=…`), then queries reading `dt.schema.table`. Each table the script names is read through
+ * that reference's connection (RLS and the identity apply) into an in-memory DuckDB with no file,
+ * network or extension access and its configuration locked; the last statement's rows are the
+ * result. Needs the optional peer `@duckdb/node-api`.
+ */
+export interface DuckdbRunnable {
+  readonly kind: 'duckdb';
+  readonly sql: string;
+  /** Content version; defaults to a hash of the script. */
+  readonly hash?: string;
+  readonly cacheTtlS?: number;
+  /** Refuse (`E_ROLE_REQUIRED`) before running unless the viewer holds this role. */
+  readonly requiresRole?: RequiredRole;
+}
+
+/**
+ * Python run as `main(**args)` in a `python3 -I` subprocess; `from viewer_cache import datatable`
+ * gives `datatable(name, as_viewer=True)` / `datatable(name, role=R)` with `.query(sql, *params)`.
+ * Give `code`, or `file` (read once, when the executor is created).
+ */
+export type PythonRunnable = {
+  readonly kind: 'python';
+  /** Content version; defaults to a hash of the code. */
+  readonly hash?: string;
+  readonly cacheTtlS?: number;
+  /** Refuse (`E_ROLE_REQUIRED`) before running unless the viewer holds this role. */
+  readonly requiresRole?: RequiredRole;
+} & (
+  | { readonly code: string; readonly file?: never }
+  | { readonly file: string; readonly code?: never }
+);
+
+export type RunnableDefinition = TsRunnable | SqlRunnable | DuckdbRunnable | PythonRunnable;
 
 export function versionOf(path: string, definition: RunnableDefinition): string {
   if (definition === null || typeof definition !== 'object') {
@@ -119,7 +155,29 @@ export function versionOf(path: string, definition: RunnableDefinition): string 
       'hex',
     ).slice(0, 16);
   }
+  if (definition.kind === 'duckdb') {
+    if (typeof definition.sql !== 'string')
+      throw new TypeError(`runnable ${path}: a DuckDB runnable needs an sql string`);
+    parseDuckdbScript(definition.sql); // refuse an escape or a bad reference at registration
+    return hash('sha256', JSON.stringify(['duckdb', definition.sql]), 'hex').slice(0, 16);
+  }
+  if (definition.kind === 'python') {
+    return hash('sha256', JSON.stringify(['python', pythonCodeOf(path, definition)]), 'hex').slice(
+      0,
+      16,
+    );
+  }
   if (typeof definition.fn !== 'function')
     throw new TypeError(`runnable ${path} needs fn or kind: 'sql'`);
   return hash('sha256', definition.fn.toString(), 'hex').slice(0, 16);
+}
+
+/** A Python runnable's code: given, or read from its file (once, at registration). */
+export function pythonCodeOf(path: string, definition: PythonRunnable): string {
+  const { code, file } = definition as { code?: unknown; file?: unknown };
+  if ((code === undefined) === (file === undefined))
+    throw new TypeError(`runnable ${path}: a Python runnable needs exactly one of code or file`);
+  if (typeof code === 'string') return code;
+  if (typeof file !== 'string') throw new TypeError(`runnable ${path}: file must be a path`);
+  return readFileSync(file, 'utf8');
 }

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Datatables, RunnableDefinition } from '../index.js';
 import type { AppDefinition } from './apps.js';
+import { clinicsPolyglotRunnables } from './demo_clinics_polyglot.js';
 
 // The second demo app: the dataset of the row-level-security guide (seeds/textql-row-level-
 // security.md). Patients carry their provider's email and their health system; an entitlements
@@ -83,6 +84,9 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
         return rows;
       },
     },
+    // --- Python and DuckDB twins of patients and counts (issue 21) ---
+    ...clinicsPolyglotRunnables(CLINICS_DATATABLE, roles),
+    // --- end of the twins ---
   };
   const paths = Object.keys(runnables);
   const apps: Record<string, AppDefinition> = {

@@ -1,6 +1,6 @@
 import * as crypto from 'node:crypto';
 import type pg from 'pg';
-import type { Job, JobPerms, JobTokenIssuer, Logger } from '../index.js';
+import type { Job, JobPerms, JobTokenIssuer, Logger, RunningJobs } from '../index.js';
 import { RevocableCache } from './revocable_cache.js';
 import { SERVER_SCHEMA } from './server_migrations.js';
 
@@ -216,10 +216,12 @@ export function demoToken(secretKey: string, email: string): string {
   );
 }
 
-/** What a job token stands for: the job's workspace and perms. */
+/** What a job token stands for: the job's workspace and perms, and the job itself. */
 export interface JobTokenGrant {
   readonly workspace: string;
   readonly perms: JobPerms;
+  /** The job as the server recorded it: what the query proxy runs statements for. */
+  readonly job: Job;
 }
 
 /**
@@ -227,14 +229,14 @@ export interface JobTokenGrant {
  * Held in memory, valid only while the job runs: a token that ends up in a cached result is
  * already dead.
  */
-export class JobTokens implements JobTokenIssuer {
+export class JobTokens implements JobTokenIssuer, RunningJobs {
   readonly #byHash = new Map<string, JobTokenGrant>();
   readonly #byJob = new Map<string, string>();
 
   issue(job: Job): string {
     const token = JOB_TOKEN_PREFIX + crypto.randomBytes(32).toString('base64url');
     const hash = digestBase64(token);
-    this.#byHash.set(hash, { workspace: job.workspace, perms: job.perms });
+    this.#byHash.set(hash, { workspace: job.workspace, perms: job.perms, job });
     this.#byJob.set(job.id, hash);
     return token;
   }
@@ -247,7 +249,12 @@ export class JobTokens implements JobTokenIssuer {
   }
 
   verify(token: string): JobTokenGrant | null {
-    if (!token.startsWith(JOB_TOKEN_PREFIX)) return null;
+    if (!token.startsWith(JOB_TOKEN_PREFIX) || token.length > 100) return null;
     return this.#byHash.get(digestBase64(token)) ?? null;
+  }
+
+  /** The running job `token` stands for (the query proxy's {@link RunningJobs}). */
+  jobOfToken(token: string): Job | null {
+    return this.verify(token)?.job ?? null;
   }
 }

@@ -466,6 +466,36 @@ describe('what each viewer sees, each row also on a cache hit', () => {
   });
 });
 
+// --- Python and DuckDB twins (issue 21): the same rows through the server, per viewer ---
+describe('the Python and DuckDB twins, through the server, each row also on a cache hit', () => {
+  const twins = (kind: 'py' | 'duckdb') => ({
+    patients: `f/clinics/patients_${kind}`,
+    counts: `f/clinics/counts_${kind}`,
+  });
+  it.each(['py', 'duckdb'] as const)(
+    '%s: providers, a system administrator, no entitlement',
+    async (kind) => {
+      const { patients, counts } = twins(kind);
+      await seesTwice(NORA, patients, NORAS);
+      await seesTwice(NORA, counts, NORTH_COUNTS);
+      await seesTwice(SAM, patients, SAMS);
+      await seesTwice(DANA, patients, DANAS);
+      await seesTwice(ADA, counts, NORTH_COUNTS);
+      await refusedTwice(() => appRun(ADA, patients), 403, 'E_ROLE_REQUIRED');
+      await seesTwice(RITA, patients, []);
+      await refusedTwice(
+        () =>
+          request('POST', `/api/w/${WS}/public/apps/clinics-public/run`, {
+            body: { path: counts },
+          }),
+        403,
+        'E_NO_VIEWER',
+      );
+    },
+  );
+});
+// --- end of the twins ---
+
 describe("who may fan out: the app's publisher or a workspace admin, nobody else", () => {
   const WADMIN = 'wadmin@example.com'; // a workspace admin who did not publish the app
 

@@ -1,0 +1,212 @@
+/*
+ * proxy/ — the query proxy: data-table statements of a job that runs somewhere without database
+ * credentials (an agent worker, a sandboxed Python or DuckDB process), run by the side that has
+ * them, as the job's *recorded* viewer. Transport-free: the reference server puts it behind an
+ * HTTP route, a local executor behind a unix socket; both hand it the same four things.
+ */
+import type { DatatableConnector, DatatableQueryResult } from '../connector/datatable_connector.js';
+import {
+  accessFromRoleName,
+  type DatatableRef,
+  datatableRefOf,
+} from '../connector/datatable_ref.js';
+import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
+import {
+  AgentProtocolError,
+  InvalidDatatableRefError,
+  JobTokenInvalidError,
+  QueryTimeoutError,
+  ResultTooLargeError,
+  StatementRefusedError,
+} from '../errors.js';
+import type { Job } from '../job.js';
+import { checkSingleStatement } from './single_statement.js';
+
+/**
+ * The version of the agent protocol this library speaks. A caller that sends none, or another,
+ * is refused ({@link AgentProtocolError}): an agent that predates the viewer request could
+ * have dropped it, and would otherwise be served as the default role.
+ */
+export const AGENT_PROTOCOL_VERSION = 1;
+
+/**
+ * A data-table reference as it travels: the data table's name and the access spelt as one role
+ * name ({@link accessToRoleName}): `DATATABLE_VIEWER_ROLE` for the viewer, `@viewer:a,b` for the
+ * viewer narrowed, a role's name, or null for the default role.
+ */
+export interface ProxiedReference {
+  readonly datatable: string;
+  readonly role: string | null;
+}
+
+/** One statement a job sends through the proxy. */
+export interface ProxiedQuery {
+  /** Must be {@link AGENT_PROTOCOL_VERSION}. */
+  readonly protocol: unknown;
+  /** The job's token, as the side that runs the job was given it; valid only while it runs. */
+  readonly jobToken: string;
+  readonly reference: ProxiedReference;
+  readonly sql: string;
+  readonly params?: readonly unknown[];
+}
+
+/**
+ * Which running job a token stands for. The job (its perms, workspace, runnable) is the one the
+ * server recorded when it started the run, never anything the caller sends; `null` once the job
+ * has ended, for a token never issued, or for a job the caller may not act for.
+ */
+export interface RunningJobs {
+  jobOfToken(token: string): Job | null | Promise<Job | null>;
+}
+
+export interface RawQueryProxyLimits {
+  /** Most rows one statement may answer. @default 10000 */
+  maxRows?: number;
+  /** Most bytes of one statement's answer, as JSON. @default '8mb' */
+  maxBytes?: ByteSize;
+  /** Longest one statement may run (Postgres cancels it: statement_timeout). @default '30s' */
+  timeout?: Duration;
+}
+
+export interface QueryProxyDeps {
+  readonly jobs: RunningJobs;
+  /** Where connections come from: the same connector an in-process executor would use. */
+  readonly connector: DatatableConnector;
+  readonly limits?: RawQueryProxyLimits;
+}
+
+/** A proxied statement's rows, and the same as the JSON text a transport sends on. */
+export interface ProxiedQueryResult extends DatatableQueryResult {
+  /** `{"rows":[…],"rowCount":n}`: serialised once, to measure it and to send it. */
+  readonly json: string;
+}
+
+/** How much longer than `timeout` the proxy waits for Postgres to cancel before closing. */
+const CANCEL_GRACE_MS = 1000;
+
+/**
+ * Runs one statement for the running job that `jobToken` stands for, as that job's recorded
+ * viewer (or the role the reference names, by the same rules as in process): resolves the job,
+ * leases a connection through the connector exactly as an in-process run would (identity
+ * bound, released and reset after this one statement), and answers rows within the bounds.
+ *
+ * @throws {AgentProtocolError} no or another protocol version.
+ * @throws {JobTokenInvalidError} no running job holds the token.
+ * @throws {StatementRefusedError} several statements, a role change, or unreadable text.
+ * @throws {ResultTooLargeError} more rows or bytes than the limits.
+ * @throws {QueryTimeoutError} the statement ran past the time limit.
+ * and whatever the connector refuses with (`E_NO_VIEWER`, `E_NO_ROLES`, …).
+ */
+export async function runProxiedQuery(
+  query: ProxiedQuery,
+  deps: QueryProxyDeps,
+): Promise<ProxiedQueryResult> {
+  if (query === null || typeof query !== 'object' || query.protocol !== AGENT_PROTOCOL_VERSION) {
+    throw new AgentProtocolError();
+  }
+  const limits = resolveLimits(deps.limits);
+  // Everything about the caller's request is checked before the token is looked up: a
+  // malformed request costs no lookup, and a refusal says nothing about whether a token lives.
+  const ref = referenceOf(query.reference);
+  if (typeof query.sql !== 'string') throw new StatementRefusedError('sql must be a string');
+  const refusal = checkSingleStatement(query.sql);
+  if (refusal !== null) {
+    throw new StatementRefusedError(`${StatementRefusedError.defaultMessage} (${refusal})`);
+  }
+  const params = query.params ?? [];
+  if (!Array.isArray(params)) throw new StatementRefusedError('params must be an array');
+
+  const job =
+    typeof query.jobToken === 'string' && query.jobToken.length > 0
+      ? await deps.jobs.jobOfToken(query.jobToken)
+      : null;
+  if (job === null) throw new JobTokenInvalidError();
+
+  const lease = await deps.connector.connect(job, ref);
+  let destroy = false;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    // Postgres cancels the statement itself; the reset on release (RESET ALL) takes it back.
+    await lease.query("select pg_catalog.set_config('statement_timeout', $1, false)", [
+      String(limits.timeoutMs),
+    ]);
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        destroy = true;
+        reject(new QueryTimeoutError());
+      }, limits.timeoutMs + CANCEL_GRACE_MS);
+    });
+    let result: DatatableQueryResult;
+    try {
+      result = await Promise.race([lease.query(query.sql, params), late]);
+    } catch (err) {
+      if ((err as { code?: unknown }).code === '57014') throw new QueryTimeoutError();
+      throw err;
+    }
+    if (result.rows.length > limits.maxRows) {
+      throw new ResultTooLargeError(
+        `the statement answered more than ${limits.maxRows} rows, the query proxy's limit`,
+      );
+    }
+    const json = JSON.stringify({ rows: result.rows, rowCount: result.rowCount });
+    // Length in UTF-16 units bounds the bytes from below; exact bytes only when it is close.
+    if (json.length > limits.maxBytes || Buffer.byteLength(json) > limits.maxBytes) {
+      throw new ResultTooLargeError(
+        `the statement's answer is larger than ${limits.maxBytes} bytes, the query proxy's limit`,
+      );
+    }
+    return { rows: result.rows, rowCount: result.rowCount, json };
+  } finally {
+    clearTimeout(timer);
+    // A statement still running past its bound: the connection is closed, never pooled.
+    await lease.release(destroy);
+  }
+}
+
+/** The reference a proxied request names, by the rules `ctx.datatable` and SQL runnables use. */
+export function referenceOf(reference: ProxiedReference): DatatableRef {
+  if (reference === null || typeof reference !== 'object') {
+    throw new InvalidDatatableRefError('reference must be { datatable, role }');
+  }
+  const { datatable, role } = reference;
+  if (role !== null && typeof role !== 'string') {
+    throw new InvalidDatatableRefError('reference.role must be a role name or null');
+  }
+  // The name by the reference grammar; the access from its one-role-name spelling.
+  const { name } = datatableRefOf(datatable);
+  return { name, access: accessFromRoleName(role) };
+}
+
+interface ResolvedLimits {
+  readonly maxRows: number;
+  readonly maxBytes: number;
+  readonly timeoutMs: number;
+}
+
+const DEFAULT_LIMITS: ResolvedLimits = Object.freeze({
+  maxRows: 10_000,
+  maxBytes: 8 << 20,
+  timeoutMs: 30_000,
+});
+
+function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
+  if (raw === undefined) return DEFAULT_LIMITS;
+  const maxRows = raw.maxRows ?? DEFAULT_LIMITS.maxRows;
+  if (!Number.isInteger(maxRows) || maxRows < 0) {
+    throw new TypeError('limits.maxRows must be a non-negative integer');
+  }
+  const timeoutMs =
+    raw.timeout === undefined
+      ? DEFAULT_LIMITS.timeoutMs
+      : resolveDuration(raw.timeout, 'limits.timeout');
+  // statement_timeout = 0 is "no limit" to Postgres: never what a bound means.
+  if (timeoutMs < 1) throw new TypeError('limits.timeout must be at least 1 ms');
+  return {
+    maxRows,
+    maxBytes:
+      raw.maxBytes === undefined
+        ? DEFAULT_LIMITS.maxBytes
+        : resolveByteSize(raw.maxBytes, 'limits.maxBytes'),
+    timeoutMs,
+  };
+}
