@@ -26,7 +26,7 @@ export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<Scenari
       memory: { maxBytes, maxEntryBytes: Math.min(maxBytes, Math.max(1, maxBytes / 8)) },
     });
     await store.invalidation.whenConfirmed();
-    const cached = withResultCache(executor, { store });
+    const cached = withResultCache(executor, { store, seal: false });
     for (const job of jobs) await cached.run(job);
     if (cached.stats.stored !== jobs.length) {
       throw new BenchInvariantError(`${id}: filled ${cached.stats.stored}/${jobs.length}`);

@@ -281,6 +281,19 @@ export const InvalidationUnsupportedError = defineError(
 );
 export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
+/**
+ * `withResultCache` was given a shared store (Redis, two tiers, or a store that does not declare
+ * itself unshared) without `seal` (SPEC invariant 21): anyone who can write to that store could
+ * serve forged results, and anyone who can read it could read them.
+ */
+export const SealRequiredError = defineError(
+  'E_SEAL_REQUIRED',
+  'SealRequiredError',
+  'this store is shared: pass seal: { secretKey } (at least 32 bytes from a secret store), or seal: false to store entries in clear (anyone who can write to the store can then serve forged results, and read them)',
+  500,
+);
+export type SealRequiredError = InstanceType<typeof SealRequiredError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -310,6 +323,7 @@ export const errors = {
   E_EMBED_EXPIRED: EmbedExpiredError,
   E_EMBED_AUDIENCE: EmbedAudienceError,
   E_EMBED_REVOKED: EmbedRevokedError,
+  E_SEAL_REQUIRED: SealRequiredError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -80,6 +80,7 @@ export {
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,
+  SealRequiredError,
   StoreUnavailableError,
   UnknownDatatableError,
   UnknownRoleError,
@@ -133,6 +134,8 @@ export type {
   CacheStore,
   InvalidatingCacheStore,
   InvalidationScope,
+  MemoryTier,
+  StoreTiers,
 } from './stores/store.js';
 export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
 export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';
