@@ -5,9 +5,9 @@
  *   request (POST, JSON body, bearer header), does one `getBuffer` of the same response bytes
  *   from the same Redis and sends them;
  * - `GET /healthz`, the server's cost of HTTP alone;
- * - a cached app request with the server's default two tiers, and the same on a second server
- *   with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`): the two rows judged against the floor
- *   (p50 and req/s);
+ * - a cached app request with the server's defaults (two tiers, sealed, access line on), the
+ *   same with the access line off (`VIEWER_CACHE_ACCESS_LOG=off`), and on a server with Redis
+ *   only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`): rows judged against the floor (p50 and req/s);
  * - an uncached one (a preview of the same runnable: it runs the query as the viewer every time).
  *
  * The servers run in this process; the client runs in one of its own (`http_client.ts`), so a
@@ -58,6 +58,12 @@ export async function httpBench(
   const redisOnly = await startBenchServer(postgres, `${prefix}r`, redisUrl, `${redisPrefix}r:`, {
     VIEWER_CACHE_MEMORY_TIER_BYTES: '0',
   });
+  // The default server with its access line off (`VIEWER_CACHE_ACCESS_LOG=off`): what the line
+  // costs is this row against `http_cached`.
+  const quiet = await startBenchServer(postgres, `${prefix}q`, redisUrl, `${redisPrefix}q:`, {
+    VIEWER_CACHE_MEMORY_TIER_BYTES: undefined,
+    VIEWER_CACHE_ACCESS_LOG: 'off',
+  });
   const floor = await floorServer(redisUrl, `${redisPrefix}floor`);
   const client = await HttpClient.start();
   try {
@@ -65,6 +71,7 @@ export async function httpBench(
     // cached request answers with.
     const bytes = await firstRun(twoTiers.server.url, twoTiers.token);
     await firstRun(redisOnly.server.url, redisOnly.token);
+    await firstRun(quiet.server.url, quiet.token);
     await floor.store(bytes);
     const port = (url: string) => Number(new URL(url).port);
     const app = (url: string, token: string, expectCache: string) =>
@@ -99,6 +106,11 @@ export async function httpBench(
         target: app(twoTiers.server.url, twoTiers.token, 'hit'),
       },
       {
+        id: 'http_cached_no_access_log',
+        label: 'the same, access line off (`VIEWER_CACHE_ACCESS_LOG=off`)',
+        target: app(quiet.server.url, quiet.token, 'hit'),
+      },
+      {
         id: 'http_cached_redis_only',
         label: 'app request, cache hit, Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`)',
         target: app(redisOnly.server.url, redisOnly.token, 'hit'),
@@ -121,6 +133,7 @@ export async function httpBench(
     client.close();
     await floor.close();
     await redisOnly.server.close();
+    await quiet.server.close();
     await twoTiers.server.close();
   }
 }

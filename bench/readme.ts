@@ -89,8 +89,14 @@ route with nothing else started.
 - \`redis_hit.ts\` — a \`withResultCache\` hit through \`RedisCacheStore\`: key derivation, GET,
   envelope verification (key and expiry), then \`result.json()\` — the stored bytes, no parse.
   Its ratio to the raw GET is the whole cost of the cache on a hit, key derivation included.
-  \`redis_hit_sealed\` is the same with \`seal\` on (AES-256-GCM, keyed key names); its
-  target cell reads its cost over the unsealed row.
+  \`redis_hit_sealed\` is the same with \`seal\` on (AES-256-GCM, keyed key names), judged
+  against \`sealed_floor\`.
+- \`sealed_floor.ts\` — the sealed rows' baseline: HMAC-SHA-256 of the key text, one
+  \`getBuffer\` of a sealed entry of the same size, and the AES-256-GCM open of its payload,
+  nothing else. It is itself 1.3× a raw GET and more, which sealing cannot beat.
+- \`profile_hit.ts\` — not a table row: one hit scenario (\`sealed\`, \`plain\` or
+  \`floor\`) alone at 64 callers, printing ops/s, CPU and GC per op, for
+  \`node --cpu-prof --import tsx bench/profile_hit.ts sealed 1024 8\`.
 - \`memory_hit.ts\` — the same through \`MemoryCacheStore\`.
 - \`memory_scaling.ts\` — \`MemoryCacheStore\` hits with 1 k and with 1 M entries (256-byte
   results; hits cycle through all 1 k, or 100 k of the 1 M), beside a bare \`lru-cache\` \`get\`

@@ -23,7 +23,8 @@ export async function redisHit(fx: SizeFixture, redis: Redis): Promise<ScenarioS
   // ms under 64 concurrent callers would otherwise make a hit time out, run uncached, and fail
   // the whole run. The bound's value costs nothing on the hit path.
   const store = new RedisCacheStore({ redis, prefix: OURS_REDIS_PREFIX, commandTimeout: '2s' });
-  const cached = withResultCache(executor, { store });
+  // Unsealed, explicitly (a shared store refuses to run without `seal` otherwise).
+  const cached = withResultCache(executor, { store, seal: false });
   for (const job of fx.jobs) await cached.run(job);
   if (cached.stats.stored !== fx.jobs.length) {
     throw new BenchInvariantError(`redis_hit: filled ${cached.stats.stored}/${fx.jobs.length}`);

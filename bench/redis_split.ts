@@ -47,13 +47,13 @@ const filled = await redisHit(fx, redis);
 const store = new RedisCacheStore({ redis, prefix: OURS_REDIS_PREFIX, commandTimeout: '2s' });
 const executor = new GuardedExecutor('redis_split', fx.json);
 executor.arm();
-const full = withResultCache(executor, { store });
+const full = withResultCache(executor, { store, seal: false });
 const bare: CacheStore = {
   get: (key) => redis.getBuffer(OURS_REDIS_PREFIX + key),
   set: async () => {},
   delete: async () => {},
 };
-const overBare = withResultCache(executor, { store: bare });
+const overBare = withResultCache(executor, { store: bare, seal: false });
 const keys = fx.keys.map((key) => OURS_REDIS_PREFIX + key);
 const n = keys.length;
 const hit = async (run: Promise<{ fromCache: boolean }>) => {

@@ -45,6 +45,7 @@ import {
   tables,
   throughputRows,
 } from './report.js';
+import { sealedFloor } from './sealed_floor.js';
 import { twoTierHit } from './two_tier_hit.js';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
@@ -57,7 +58,7 @@ const only = argv
   ?.slice('--only='.length)
   .split(',');
 const write = !argv.includes('--no-write') && only === undefined;
-const BASELINES = new Set(['redis_raw_get', 'key_naive', 'bento_memory_hit']);
+const BASELINES = new Set(['redis_raw_get', 'sealed_floor', 'key_naive', 'bento_memory_hit']);
 const keep = (s: Scenario) => only === undefined || BASELINES.has(s.id) || only.includes(s.id);
 const wanted = (re: RegExp) => only === undefined || only.some((id) => re.test(id));
 
@@ -102,6 +103,7 @@ async function main(): Promise<void> {
     const sets = [
       await redisHit(fx, redis),
       await redisRawGet(fx, redis),
+      await sealedFloor(fx, redis),
       await memoryHit(fx),
       await peerHit(fx, redis),
       await twoTierHit(fx, redis),

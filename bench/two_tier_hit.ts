@@ -6,7 +6,8 @@
  * - `two_tier_redis_hit`: a memory tier too small to keep any entry, so every lookup misses it
  *   and reads Redis; compared with `redis_raw_get` (and `bento_tiered_l2_hit`).
  *
- * Entries are unsealed, as BentoCache's are; sealing costs the same here as on `redis_hit`.
+ * Entries are unsealed, as BentoCache's are, except `two_tier_memory_hit_sealed`: the server's
+ * default, whose memory tier keeps entries opened (issue 23), so sealing costs it no AES-GCM.
  */
 import type { Redis } from 'ioredis';
 import { TwoTierCacheStore, withResultCache } from '../src/index.js';
@@ -16,7 +17,7 @@ import { BenchInvariantError, type Scenario } from './helpers.js';
 /** `redis` is the run's shared client, borrowed (the bus opens its own subscriber beside it). */
 export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<ScenarioSet> {
   const { jobs, bytes } = fx;
-  const make = async (id: string, prefix: string, maxBytes: number) => {
+  const make = async (id: string, prefix: string, maxBytes: number, sealed = false) => {
     const executor = new GuardedExecutor(id, fx.json);
     // A 2 s bound, as redis_hit: a stall on this shared machine must not fail the run.
     const store = new TwoTierCacheStore({
@@ -26,7 +27,10 @@ export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<Scenari
       memory: { maxBytes, maxEntryBytes: Math.min(maxBytes, Math.max(1, maxBytes / 8)) },
     });
     await store.invalidation.whenConfirmed();
-    const cached = withResultCache(executor, { store });
+    const cached = withResultCache(executor, {
+      store,
+      seal: sealed ? { secretKey: 'bench-only secret, 32 bytes or more, not for use' } : false,
+    });
     for (const job of jobs) await cached.run(job);
     if (cached.stats.stored !== jobs.length) {
       throw new BenchInvariantError(`${id}: filled ${cached.stats.stored}/${jobs.length}`);
@@ -44,6 +48,13 @@ export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<Scenari
     throw new BenchInvariantError(`two_tier_memory_hit: ${l1.store.memory.size} in memory`);
   }
   const l2 = await make('two_tier_redis_hit', 'two-tier-l2:', 1024);
+  // The server's default: sealed, so the memory tier keeps entries opened (no AES-GCM per hit).
+  const sealedL1 = await make(
+    'two_tier_memory_hit_sealed',
+    'two-tier-sealed:',
+    Math.max(64 << 20, jobs.length * bytes * 2),
+    true,
+  );
   const n = jobs.length;
   const scenario = (
     id: string,
@@ -79,6 +90,12 @@ export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<Scenari
         true,
       ),
       scenario(
+        'two_tier_memory_hit_sealed',
+        'the same, sealed (the server default): the memory tier keeps entries opened',
+        sealedL1,
+        true,
+      ),
+      scenario(
         'two_tier_redis_hit',
         'withResultCache hit, TwoTierCacheStore, memory-tier miss → Redis',
         l2,
@@ -88,6 +105,7 @@ export async function twoTierHit(fx: SizeFixture, redis: Redis): Promise<Scenari
     close: async () => {
       await l1.store.close();
       await l2.store.close();
+      await sealedL1.store.close();
     },
   };
 }

@@ -356,6 +356,18 @@ export const QueryTimeoutError = defineError(
   504,
 );
 export type QueryTimeoutError = InstanceType<typeof QueryTimeoutError>;
+/**
+ * `withResultCache` was given a shared store (Redis, two tiers, or a store that does not declare
+ * itself unshared) without `seal` (SPEC invariant 21): anyone who can write to that store could
+ * serve forged results, and anyone who can read it could read them.
+ */
+export const SealRequiredError = defineError(
+  'E_SEAL_REQUIRED',
+  'SealRequiredError',
+  'this store is shared: pass seal: { secretKey } (at least 32 bytes from a secret store), or seal: false to store entries in clear (anyone who can write to the store can then serve forged results, and read them)',
+  500,
+);
+export type SealRequiredError = InstanceType<typeof SealRequiredError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -394,6 +406,7 @@ export const errors = {
   E_STATEMENT_REFUSED: StatementRefusedError,
   E_RESULT_TOO_LARGE: ResultTooLargeError,
   E_QUERY_TIMEOUT: QueryTimeoutError,
+  E_SEAL_REQUIRED: SealRequiredError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

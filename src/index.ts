@@ -87,6 +87,7 @@ export {
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,
+  SealRequiredError,
   StatementRefusedError,
   StoreUnavailableError,
   UnknownDatatableError,
@@ -155,6 +156,8 @@ export type {
   CacheStore,
   InvalidatingCacheStore,
   InvalidationScope,
+  MemoryTier,
+  StoreTiers,
 } from './stores/store.js';
 export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
 export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';

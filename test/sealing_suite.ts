@@ -46,7 +46,8 @@ export function registerSealingSuite(name: string, target: SealingTarget, sealed
         viewer: job.perms.endUserEmail,
         rows: [{ patient: `record of ${job.perms.endUserEmail}` }],
       }));
-      const seal = sealed && secret !== null ? { seal: { secretKey: secret } } : {};
+      const seal =
+        sealed && secret !== null ? { seal: { secretKey: secret } } : { seal: false as const };
       const cache = withResultCache(inner, { store, ...seal });
       open.push(cache);
       const rejected: RejectionReason[] = [];

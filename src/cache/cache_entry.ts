@@ -47,7 +47,25 @@ const DIGEST_BYTES = 32;
 const HEADER = DIGEST_AT + DIGEST_BYTES;
 
 export function encodeEntry(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Uint8Array {
-  const out = Buffer.allocUnsafe(HEADER + payload.byteLength);
+  return writeEntry(Buffer.allocUnsafe(HEADER + payload.byteLength), digest, expiresAt, payload);
+}
+
+/**
+ * An opened entry, for a memory tier in front of a sealed shared one: the plain envelope (so a
+ * hit still checks the key digest, here the keyed one, and the expiry), in bytes of its own.
+ * `allocUnsafe` would hand a small entry a slice of Node's shared 8 KiB pool, which the tier
+ * would then keep alive whole while counting only the slice.
+ */
+export function openedEntry(digest: KeyDigest, expiresAt: number, payload: Uint8Array): Buffer {
+  return writeEntry(
+    Buffer.allocUnsafeSlow(HEADER + payload.byteLength),
+    digest,
+    expiresAt,
+    payload,
+  );
+}
+
+function writeEntry(out: Buffer, digest: KeyDigest, expiresAt: number, payload: Uint8Array) {
   out[0] = MAGIC_0;
   out[1] = MAGIC_1;
   out[2] = FORMAT;

@@ -4,6 +4,7 @@ import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js
 import type { Job, JobExecutor, RunOptions } from '../job.js';
 import { ComputedResult, type JobResult, StoredResult } from '../job_result.js';
 import type { Logger } from '../logger.js';
+import { claimedExpiry } from '../stores/entry_header.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
 import { SingleFlight } from '../util/single_flight.js';
 import { isThenable } from '../util/thenable.js';
@@ -11,6 +12,7 @@ import { type EntryCodec, plainEntries } from './cache_entry.js';
 import { withEpochs } from './cache_epochs.js';
 import { CacheReport, type ResultCacheStats } from './cache_report.js';
 import { type CacheRun, CacheRuns } from './cache_run.js';
+import { OpenedTier } from './opened_tier.js';
 import { type RawResultCacheOptions, resolveResultCacheOptions } from './result_cache_options.js';
 import { SealedEntries } from './sealed_entry.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
@@ -51,7 +53,10 @@ class ResultCache implements CachedExecutor {
   readonly stats: Readonly<ResultCacheStats> = this.#report.stats;
   readonly events: CachedExecutor['events'] = this.#report.events;
   readonly #inner: JobExecutor;
+  /** Where entries are read and written: the whole store, or its shared tier (see #opened). */
   readonly #store: CacheStore;
+  /** Sealed over two tiers: the memory tier, holding opened entries. Otherwise `null`. */
+  readonly #opened: OpenedTier | null;
   readonly #fingerprint: FingerprintFn | null;
   readonly #invalidation: CacheInvalidation | null;
   readonly #maxTtlMs: number;
@@ -75,7 +80,11 @@ class ResultCache implements CachedExecutor {
       throw new TypeError('executor must have a run(job) method');
     const resolved = resolveResultCacheOptions(options);
     this.#inner = executor;
-    this.#store = resolved.store;
+    // Sealed over two tiers, the cache tends the tiers itself: opened entries in memory, sealed
+    // ones in the shared tier (SPEC invariant 21). Otherwise the store moves the same bytes.
+    const tiers = resolved.sealSecret === null ? undefined : resolved.store.tiers;
+    this.#store = tiers?.shared ?? resolved.store;
+    this.#opened = tiers === undefined ? null : new OpenedTier(tiers.memory);
     // With a store that invalidates, the epochs current at a run's start join its fingerprint:
     // in the key (so invalidated entries are never looked up again) and in the check before
     // storing (so a run that an invalidation overtook does not even write).
@@ -171,6 +180,17 @@ class ResultCache implements CachedExecutor {
       return this.#flights.run(run.key, () => this.#execute(run, true));
     }
 
+    if (this.#opened !== null) {
+      const held = this.#opened.read(run.key, run.digest, this.#now());
+      if (held !== null) {
+        if (typeof held !== 'string') {
+          this.#report.hit(run.job);
+          return Promise.resolve(new StoredResult(run.job.id, held));
+        }
+        this.#report.rejected(run.job, held);
+      }
+    }
+
     let read: Promise<Uint8Array | null>;
     try {
       // Promise.resolve is free for the native promise a store returns, and keeps a store that
@@ -192,8 +212,21 @@ class ResultCache implements CachedExecutor {
   #afterRead(run: CacheRun, entry: Uint8Array | null): JobResult | Promise<JobResult> {
     this.#breaker.answered();
     if (entry !== null) {
-      const payload = this.#codec.decode(entry, run.digest, this.#now());
+      const now = this.#now();
+      const payload = this.#codec.decode(entry, run.digest, now);
       if (typeof payload !== 'string') {
+        // Opened, its header authenticated: the memory tier keeps it opened, until its expiry.
+        const expiresAt = this.#opened === null ? null : claimedExpiry(entry);
+        if (expiresAt !== null) {
+          this.#opened!.keep(
+            run.key,
+            run.digest,
+            expiresAt,
+            payload,
+            Number.POSITIVE_INFINITY,
+            now,
+          );
+        }
         this.#report.hit(run.job);
         return new StoredResult(run.job.id, payload);
       }
@@ -317,9 +350,13 @@ class ResultCache implements CachedExecutor {
   async #write(run: CacheRun, json: Uint8Array, report = true): Promise<boolean> {
     const { job, key, ttlMs } = run;
     try {
-      const entry = this.#codec.encode(run.digest, this.#now() + ttlMs, json);
+      const now = this.#now();
+      const entry = this.#codec.encode(run.digest, now + ttlMs, json);
+      this.#opened?.keep(key, run.digest, now + ttlMs, json, ttlMs, now);
       await this.#store.set(key, entry, ttlMs);
     } catch (err) {
+      // Neither tier keeps what the shared one refused: processes must not disagree for a TTL.
+      this.#opened?.drop(key);
       this.#storeFailed('set', err);
       if (report) this.#report.notStored(job, 'store-failed');
       return false;

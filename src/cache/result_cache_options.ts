@@ -1,5 +1,6 @@
 import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
+import { SealRequiredError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { CacheStore } from '../stores/store.js';
 
@@ -29,11 +30,15 @@ export interface RawResultCacheOptions {
    * Seal every entry (AES-256-GCM, its key as associated data) and name keys with a keyed hash.
    * Whoever can write to the store can then no longer make a viewer receive forged or moved
    * rows, nor read rows or confirm a guess of (viewer, runnable, args) from key names; an entry
-   * that does not open is a miss, counted as `rejected`. Without it, entries are stored in clear
-   * under `cachedResultPath` names. See the README's security model.
-   * @default unsealed
+   * that does not open is a miss, counted as `rejected`. `false` stores entries in clear under
+   * `cachedResultPath` names. See the README's security model.
+   *
+   * Required over a shared store (one that does not declare `shared: false`: Redis, two tiers):
+   * without it, construction throws `E_SEAL_REQUIRED`. With two tiers, the memory tier keeps
+   * opened entries and Redis sealed ones.
+   * @default unsealed for the in-process store; none for a shared store
    */
-  seal?: RawSealOptions;
+  seal?: RawSealOptions | false;
   /** Longest TTL honoured; longer `cacheTtlS` values are capped. @default '1d' */
   maxTtl?: Duration;
   /** Results whose JSON is larger are returned but not stored. @default '8mb' */
@@ -83,7 +88,7 @@ export function resolveResultCacheOptions(
   return Object.freeze({
     store,
     fingerprint: options.fingerprint ?? null,
-    sealSecret: resolveSealSecret(options.seal),
+    sealSecret: resolveSealSecret(options.seal, store),
     maxTtlMs: resolveDuration(options.maxTtl ?? '1d', 'maxTtl'),
     maxEntryBytes: resolveByteSize(options.maxEntryBytes ?? '8mb', 'maxEntryBytes'),
     storeRestMs: resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure'),
@@ -92,8 +97,16 @@ export function resolveResultCacheOptions(
   });
 }
 
-function resolveSealSecret(seal: RawSealOptions | undefined): Buffer | null {
-  if (seal === undefined) return null;
+function resolveSealSecret(
+  seal: RawSealOptions | false | undefined,
+  store: CacheStore,
+): Buffer | null {
+  // Invariant 21: what other processes can reach is sealed unless the caller said otherwise.
+  if (seal === undefined) {
+    if (store.shared === false) return null;
+    throw new SealRequiredError();
+  }
+  if (seal === false) return null;
   if (seal === null || typeof seal !== 'object') {
     throw new TypeError('seal must be an object { secretKey }');
   }

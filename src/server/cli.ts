@@ -17,7 +17,7 @@ import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { createServerLogger, openRedis, startServer } from './runtime.js';
+import { createServerLogger, exitOnFatal, openRedis, startServer } from './runtime.js';
 import { printWelcome } from './welcome.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
@@ -58,6 +58,7 @@ export function buildCli(): Command {
         ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
       });
       const logger = createServerLogger(config);
+      exitOnFatal(logger);
       const server = await startServer(config, logger);
       printWelcome(
         process.stdout,

@@ -31,6 +31,11 @@ export interface ServerConfig {
   /** From VIEWER_CACHE_SECRET_KEY, else generated once into `dataDir`. */
   readonly secretKey: string | null;
   readonly logLevel: string;
+  /**
+   * One access line per request (`VIEWER_CACHE_ACCESS_LOG=on|off`, default on): off for
+   * deployments whose proxy already logs requests. /metrics counts requests either way.
+   */
+  readonly accessLog: boolean;
   /** Pretty logs (a TTY), else JSON lines. */
   readonly prettyLogs: boolean;
   /**
@@ -84,6 +89,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     ),
     secretKey: env['VIEWER_CACHE_SECRET_KEY'] || null,
     logLevel: env['LOG_LEVEL'] || 'info',
+    accessLog: onOff(env['VIEWER_CACHE_ACCESS_LOG'], 'VIEWER_CACHE_ACCESS_LOG') ?? true,
     prettyLogs:
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
@@ -128,6 +134,14 @@ function flag(raw: string | undefined, name: string): boolean | undefined {
   if (raw === 'true' || raw === '1') return true;
   if (raw === 'false' || raw === '0') return false;
   throw new TypeError(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+}
+
+/** `on`/`off`, or undefined when unset; anything else is refused, naming the variable. */
+function onOff(raw: string | undefined, name: string): boolean | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'on') return true;
+  if (raw === 'off') return false;
+  throw new TypeError(`${name} must be on or off (got ${JSON.stringify(raw)})`);
 }
 
 function integer(raw: string, name: string, min: number, max: number): number {

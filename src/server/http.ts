@@ -59,6 +59,8 @@ export interface HttpDeps {
   recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
   /** The cache store's readiness, `ok` or its state (store_readiness.ts); absent in process. */
   storeState?: () => Promise<string>;
+  /** One access line per completed request (`VIEWER_CACHE_ACCESS_LOG`). @default true */
+  accessLog?: boolean;
   /** Largest request body accepted. @default 65536 */
   bodyLimit?: number;
   /** Longest a client may take to send a whole request (ms). @default 10000 */
@@ -86,7 +88,12 @@ export function buildHttpApp(deps: HttpDeps) {
     // Typed as Fastify's logger interface so that request loggers can be deferred children.
     loggerInstance: deps.logger as FastifyBaseLogger,
     childLoggerFactory: deferredChildLogger,
-    logController: new RequestLog(deps.logger, refusals, metrics.observeRequest),
+    logController: new RequestLog(
+      deps.logger,
+      refusals,
+      metrics.observeRequest,
+      deps.accessLog ?? true,
+    ),
     bodyLimit: deps.bodyLimit ?? 64 * 1024,
     // Fastify 5 turns all of these off by default, and with them Node's own: a body that never
     // finishes would hold its connection forever.

@@ -28,16 +28,25 @@ export class RequestLog extends LogController {
   readonly #refusals: WeakMap<FastifyRequest, string>;
   readonly #observeRequest: ObserveRequest;
 
-  /** `refusals`: the error code of a refused request, set by the error handler. */
+  /**
+   * `refusals`: the error code of a refused request, set by the error handler. `accessLog`
+   * false (`VIEWER_CACHE_ACCESS_LOG=off`) writes no line; requests are still counted.
+   */
   constructor(
     logger: Logger,
     refusals: WeakMap<FastifyRequest, string>,
     observeRequest: ObserveRequest,
+    accessLog = true,
   ) {
     super();
     this.#access = logger.child({}, { redact: [] });
     this.#refusals = refusals;
     this.#observeRequest = observeRequest;
+    // Decided once: with the line off, completing a request only counts it.
+    if (!accessLog) {
+      this.requestCompleted = (_error, request, reply) =>
+        observeRequest(request.routeOptions.url ?? 'unmatched', reply.statusCode);
+    }
   }
 
   override incomingRequest(): void {}

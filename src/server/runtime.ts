@@ -79,6 +79,23 @@ export function createServerLogger(
   return pino(options, stream);
 }
 
+/**
+ * On an uncaught exception (or an unhandled rejection, which Node 20 turns into one): the stack
+ * to stderr as Node writes it, one `fatal` line in the JSON log (the error's name and code,
+ * never its message, which may echo a runnable's rows), then exit 1. Buffered lines are not
+ * lost: the 'exit' event runs pino's flush of its buffer (`test/unit/server_logger.test.ts`).
+ */
+export function exitOnFatal(logger: Logger): void {
+  process.once('uncaughtException', (err: Error & { code?: unknown }) => {
+    try {
+      process.stderr.write(`${err?.stack ?? String(err)}\n`);
+      logger.fatal({ err: { name: err?.name, code: err?.code } }, 'fatal error; exiting');
+    } finally {
+      process.exit(1);
+    }
+  });
+}
+
 /** The secret key from config, else the one generated into the data folder on first start. */
 export async function loadSecretKey(config: ServerConfig): Promise<string> {
   if (config.secretKey !== null) return config.secretKey;
@@ -256,6 +273,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
+      accessLog: config.accessLog,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),

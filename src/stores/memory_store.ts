@@ -40,6 +40,8 @@ export interface RawMemoryCacheStoreOptions {
  * cache.
  */
 export class MemoryCacheStore implements CacheStore {
+  /** Private to this process: needs no sealing (the process holds the secret anyway). */
+  readonly shared = false;
   readonly #lru: LRUCache<string, Uint8Array>;
   readonly #maxEntryBytes: number;
 

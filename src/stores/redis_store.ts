@@ -32,6 +32,8 @@ export interface RawRedisCacheStoreOptions {
  * store opens, the offline queue is off and retries per request are zero).
  */
 export class RedisCacheStore implements CacheStore {
+  /** Other processes (and whoever holds the Redis password) reach it: used sealed by default. */
+  readonly shared = true;
   readonly #client: Redis | Cluster;
   readonly #owned: boolean;
   readonly #prefix: string;

@@ -15,6 +15,37 @@ export interface CacheStore {
   close?(): Promise<void>;
   /** Explicit invalidation, when the store offers it (see {@link CacheInvalidation}). */
   readonly invalidation?: CacheInvalidation;
+  /**
+   * Whether other processes (or people) can reach what this store holds. A shared store is used
+   * sealed unless the cache is told `seal: false` (SPEC invariant 21). Only a store that is
+   * private to its process (the in-process {@link MemoryCacheStore}) declares `false`.
+   * @default true (a store that does not say is treated as shared)
+   */
+  readonly shared?: boolean;
+  /**
+   * The tiers of a store that keeps recent entries in process in front of a shared one. A sealed
+   * cache then keeps *opened* entries in `memory` (still named and bound by the keyed digest,
+   * never also the sealed form) and only sealed ones in `shared`: sealing protects what other
+   * processes can reach, and the process itself holds the secret.
+   */
+  readonly tiers?: StoreTiers;
+}
+
+/** See {@link CacheStore.tiers}. */
+export interface StoreTiers {
+  /** In process: synchronous reads, bounded by bytes. */
+  readonly memory: MemoryTier;
+  /** What other processes reach. */
+  readonly shared: CacheStore;
+}
+
+/** The in-process tier of a {@link StoreTiers}. */
+export interface MemoryTier {
+  /** The bytes under `key` now, without a promise, or `null`. */
+  getNow(key: string): Uint8Array | null;
+  /** Keeps `value` (its real bytes counted against the tier's bound) for `ttlMs`. */
+  set(key: string, value: Uint8Array, ttlMs: number): Promise<void>;
+  delete(key: string): Promise<void>;
 }
 
 /** What `invalidate` drops: a whole workspace, or one runnable's entries in it. */

@@ -4,7 +4,7 @@ import { claimedExpiry } from './entry_header.js';
 import { RedisInvalidationBus } from './invalidation_bus.js';
 import { MemoryCacheStore, type RawMemoryCacheStoreOptions } from './memory_store.js';
 import { RedisCacheStore } from './redis_store.js';
-import type { InvalidatingCacheStore } from './store.js';
+import type { InvalidatingCacheStore, StoreTiers } from './store.js';
 
 export interface RawTwoTierCacheStoreOptions {
   /** A `redis://` URL (the store owns the connections) or an ioredis client (borrowed). */
@@ -37,6 +37,10 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
   readonly memory: MemoryCacheStore;
   readonly redis: RedisCacheStore;
   readonly invalidation: RedisInvalidationBus;
+  /** Redis is reachable by other processes: used sealed by default. */
+  readonly shared = true;
+  /** A sealed cache keeps opened entries in `memory` and sealed ones in Redis (see `tiers`). */
+  readonly tiers: StoreTiers;
   readonly #now: () => number;
 
   constructor(options: RawTwoTierCacheStoreOptions) {
@@ -56,6 +60,7 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       heartbeatMs: resolveDuration(options.heartbeat ?? 1000, 'heartbeat'),
       dropped: (workspace) => this.memory.deletePrefix(`${workspace}/`),
     });
+    this.tiers = Object.freeze({ memory: this.memory, shared: this.redis });
   }
 
   get(key: string): Promise<Uint8Array | null> {

@@ -256,6 +256,7 @@ describe('TTL', () => {
       get: async (k) => forever.get(k) ?? null,
       set: async (k, v) => void forever.set(k, v),
       delete: async (k) => void forever.delete(k),
+      shared: false,
     };
     const inner = new CountingExecutor();
     const cache = withResultCache(inner, { store, now: clock.now });
@@ -284,7 +285,7 @@ describe('TTL', () => {
   ])('cacheTtlS %s bypasses the cache entirely', async (_name, cacheTtlS) => {
     const get = vi.fn(async () => null);
     const set = vi.fn(async () => {});
-    const store: CacheStore = { get, set, delete: async () => {} };
+    const store: CacheStore = { get, set, delete: async () => {}, shared: false };
     const inner = new CountingExecutor();
     const cache = withResultCache(inner, { store });
     const reasons: string[] = [];

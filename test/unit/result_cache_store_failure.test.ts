@@ -10,6 +10,8 @@ const alice = 'alice@example.com';
 
 /** A chaos store (a seam): a memory store that throws on demand, and counts what reached it. */
 class FailingStore implements CacheStore {
+  /** In process, like the memory store it wraps: unsealed by default. */
+  readonly shared = false;
   failGet = false;
   failSet = false;
   gets = 0;

@@ -66,7 +66,11 @@ function stack(datatables: Datatables): Stack {
     },
   });
   const store = new RedisCacheStore({ redis: inject('redisUrl'), prefix, commandTimeout: 2000 });
-  const cached = withResultCache(executor, { store, fingerprint: datatables.fingerprint });
+  const cached = withResultCache(executor, {
+    store,
+    fingerprint: datatables.fingerprint,
+    seal: false,
+  });
   const built = { datatables, executor, cached, store };
   stacks.push(built);
   return built;

@@ -33,6 +33,7 @@ describe('withResultCache on a Redis Cluster', () => {
     const inner = new CountingExecutor();
     const cache = withResultCache(inner, {
       store: new RedisCacheStore({ redis: cluster.client, prefix }),
+      seal: false,
       now: clock.now,
     });
     const viewers = Array.from({ length: 30 }, (_, i) => `user${i}@example.com`);

@@ -53,6 +53,7 @@ beforeEach(async () => {
   warnings = () => log.lines().filter((line) => line['level'] === 40);
   cache = withResultCache(inner, {
     store: new RedisCacheStore({ redis: client, prefix, commandTimeout: 100 }),
+    seal: false,
     now: clock.now,
     logger: log.logger,
     storeRestAfterFailure: REST_MS,
@@ -125,6 +126,7 @@ describe('Redis stopped or unreachable mid-run', () => {
     client = proxiedClient();
     cache = withResultCache(inner, {
       store: new RedisCacheStore({ redis: client, prefix, commandTimeout: 100 }),
+      seal: false,
       now: clock.now,
       storeRestAfterFailure: REST_MS,
     });

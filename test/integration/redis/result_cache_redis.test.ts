@@ -37,7 +37,8 @@ afterAll(async () => {
 function setup(inner = new CountingExecutor()) {
   const clock = new ManualClock();
   const store = new RedisCacheStore({ redis: client, prefix });
-  const cache = withResultCache(inner, { store, now: clock.now });
+  // In clear: these tests read entries under their `cachedResultPath` names.
+  const cache = withResultCache(inner, { store, now: clock.now, seal: false });
   caches.push(cache);
   return { cache, inner, clock, store };
 }

@@ -83,7 +83,7 @@ describe('TwoTierCacheStore memory tier', () => {
   it('a hit from memory costs no Redis read: the entry is served after Redis lost it', async () => {
     const store = await open();
     stores.push(store);
-    const cache = withResultCache(new CountingExecutor(), { store });
+    const cache = withResultCache(new CountingExecutor(), { store, seal: false });
     const job = makeJob({ viewer: 'alice@example.com', workspace: 'mem' });
     await cache.run(job);
     await deleteKeys(raw, prefix); // only the memory tier holds it now
