@@ -5,6 +5,7 @@ import {
   StoreUnavailableError,
   ViewerCacheError,
 } from '../index.js';
+import { addAgentTokenCommands, runAgentWorker } from './cli_agents.js';
 import {
   type GlobalOptions,
   output,
@@ -50,31 +51,64 @@ export function buildCli(): Command {
       '--demo',
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
-    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
-      const config = readConfig({
-        ...process.env,
-        ...(options.port ? { PORT: options.port } : {}),
-        ...(options.host ? { HOST: options.host } : {}),
-        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-      });
-      const logger = createServerLogger(config);
-      const server = await startServer(config, logger);
-      printWelcome(
-        process.stdout,
-        server.url,
-        server.demoTokens,
-        program.opts<GlobalOptions>().json === true,
-      );
-      await new Promise<void>((resolve) => {
-        const stop = (signal: string) => {
-          logger.info({ signal }, 'shutting down');
-          server.close().then(resolve, resolve);
-        };
-        process.once('SIGINT', () => stop('SIGINT'));
-        process.once('SIGTERM', () => stop('SIGTERM'));
-      });
-      // Log lines are written asynchronously: write what is left before the process exits.
-      await new Promise<void>((resolve) => logger.flush(() => resolve()));
+    .option(
+      '--execution <mode>',
+      'where misses run: process (here) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
+    )
+    .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
+    .action(
+      async (options: {
+        port?: string;
+        host?: string;
+        demo?: boolean;
+        execution?: string;
+        agentGroup?: string;
+      }) => {
+        const config = readConfig({
+          ...process.env,
+          ...(options.port ? { PORT: options.port } : {}),
+          ...(options.host ? { HOST: options.host } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+          ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+          ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
+        });
+        const logger = createServerLogger(config);
+        const server = await startServer(config, logger);
+        printWelcome(
+          process.stdout,
+          server.url,
+          server.demoTokens,
+          program.opts<GlobalOptions>().json === true,
+        );
+        await new Promise<void>((resolve) => {
+          const stop = (signal: string) => {
+            logger.info({ signal }, 'shutting down');
+            server.close().then(resolve, resolve);
+          };
+          process.once('SIGINT', () => stop('SIGINT'));
+          process.once('SIGTERM', () => stop('SIGTERM'));
+        });
+        // Log lines are written asynchronously: write what is left before the process exits.
+        await new Promise<void>((resolve) => logger.flush(() => resolve()));
+      },
+    );
+
+  program
+    .command('worker')
+    .description(
+      'run jobs for a server: --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)',
+    )
+    .option('--agent', 'an agent worker: no DATABASE_URL, REDIS_URL or secret key (refused if set)')
+    .option('--demo', "run the demo's apps")
+    .option('--concurrency <n>', 'jobs at once (default 1)')
+    .action(async (options: { agent?: boolean; demo?: boolean; concurrency?: string }) => {
+      if (options.agent !== true) {
+        throw new ViewerCacheError('this build runs agent workers only: pass --agent', {
+          code: 'E_BAD_REQUEST',
+          status: 400,
+        });
+      }
+      await runAgentWorker(options);
     });
 
   program
@@ -87,6 +121,7 @@ export function buildCli(): Command {
     );
 
   addTokenCommands(program);
+  addAgentTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
 

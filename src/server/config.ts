@@ -50,6 +50,13 @@ export interface ServerConfig {
   readonly scheduleEveryMs: number;
   /** How long a per-recipient delivery is kept in the outbox (ms). */
   readonly outboxRetentionMs: number;
+  /**
+   * Where jobs run on a miss: `process` (in the server) or `agent` (on agent workers, which
+   * take them through the HTTP API: `viewer-cache worker --agent`).
+   */
+  readonly execution: 'process' | 'agent';
+  /** With `execution: 'agent'`: the worker group whose agents run this server's jobs. */
+  readonly agentGroup: string;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -119,7 +126,24 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1000,
       10 * 365 * 86_400_000,
     ),
+    execution: oneOf(env['VIEWER_CACHE_EXECUTION'] || 'process', 'VIEWER_CACHE_EXECUTION', [
+      'process',
+      'agent',
+    ] as const),
+    agentGroup: agentGroup(env['VIEWER_CACHE_AGENT_GROUP'] || 'default'),
   };
+}
+
+function oneOf<const T extends string>(raw: string, name: string, values: readonly T[]): T {
+  if ((values as readonly string[]).includes(raw)) return raw as T;
+  throw new TypeError(`${name} must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`);
+}
+
+function agentGroup(raw: string): string {
+  if (/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) return raw;
+  throw new TypeError(
+    `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
+  );
 }
 
 /** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */

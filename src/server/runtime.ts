@@ -18,6 +18,8 @@ import {
   TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
+import { agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
+import { AgentTokens } from './agent_tokens.js';
 import type { ServerConfig } from './config.js';
 import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
 import { EmbedKeys } from './embed_keys.js';
@@ -184,8 +186,20 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const world = demoWorld(childRunUrl, process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '');
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    // With agents, a miss is handed to an agent of the group (the same job, viewer recorded
+    // here); the executor above still builds jobs and knows the runnables' versions.
+    let agents: { dispatch: InProcessAgentDispatch; tokens: AgentTokens } | undefined;
+    if (config.execution === 'agent') {
+      const tokens = new AgentTokens(pool, { logger });
+      await tokens.start();
+      cleanup.push(async () => tokens.stop());
+      const dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+      cleanup.push(async () => dispatch.close());
+      agents = { dispatch, tokens };
+    }
+    const runner = agents ? agentExecutor(agents.dispatch, config.agentGroup) : executor;
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
-    const cache = withResultCache(executor, {
+    const cache = withResultCache(runner, {
       store,
       fingerprint: datatables.fingerprint,
       logger,
@@ -259,6 +273,15 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),
+      ...(agents
+        ? {
+            agents: {
+              agentTokens: agents.tokens,
+              dispatch: agents.dispatch,
+              datatables,
+            },
+          }
+        : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
