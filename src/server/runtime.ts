@@ -286,8 +286,10 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
-    // The first scheduled run happens before anyone is told the server is up.
-    await scheduler.tick();
+    // The first scheduled run happens before anyone is told the server is up — except when
+    // jobs run on agents, which cannot take it before the server is up to hand it over.
+    if (agents === undefined) await scheduler.tick();
+    else void scheduler.tick().catch(() => {});
     scheduler.start(config.scheduleEveryMs);
     return { url: baseUrl, demoTokens, close };
   } catch (err) {
