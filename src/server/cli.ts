@@ -50,9 +50,14 @@ export function buildCli(): Command {
       '--demo',
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
-    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
+    .option(
+      '--apps <path>',
+      'serve the apps module at PATH (default export { runnables, apps, hooks?, schedules? }; $VIEWER_CACHE_APPS)',
+    )
+    .action(async (options: { port?: string; host?: string; demo?: boolean; apps?: string }) => {
       const config = readConfig({
         ...process.env,
+        ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
         ...(options.port ? { PORT: options.port } : {}),
         ...(options.host ? { HOST: options.host } : {}),
         ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
