@@ -57,6 +57,9 @@ export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
   AgentProtocolError,
+  AppsModuleInvalidError,
+  AppsModuleLoadFailedError,
+  AppsModuleNotFoundError,
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,

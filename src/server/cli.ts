@@ -25,6 +25,15 @@ import { printWelcome } from './welcome.js';
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
 
+interface ServeOptions {
+  port?: string;
+  host?: string;
+  demo?: boolean;
+  apps?: string;
+  execution?: string;
+  agentGroup?: string;
+}
+
 export function buildCli(): Command {
   const program = new Command('viewer-cache')
     .description(
@@ -52,46 +61,43 @@ export function buildCli(): Command {
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
     .option(
+      '--apps <path>',
+      'serve the apps module at PATH (default export { runnables, apps, hooks?, schedules? }; $VIEWER_CACHE_APPS)',
+    )
+    .option(
       '--execution <mode>',
       'where misses run: process (here) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
     )
     .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
-    .action(
-      async (options: {
-        port?: string;
-        host?: string;
-        demo?: boolean;
-        execution?: string;
-        agentGroup?: string;
-      }) => {
-        const config = readConfig({
-          ...process.env,
-          ...(options.port ? { PORT: options.port } : {}),
-          ...(options.host ? { HOST: options.host } : {}),
-          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-          ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
-          ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
-        });
-        const logger = createServerLogger(config);
-        const server = await startServer(config, logger);
-        printWelcome(
-          process.stdout,
-          server.url,
-          server.demoTokens,
-          program.opts<GlobalOptions>().json === true,
-        );
-        await new Promise<void>((resolve) => {
-          const stop = (signal: string) => {
-            logger.info({ signal }, 'shutting down');
-            server.close().then(resolve, resolve);
-          };
-          process.once('SIGINT', () => stop('SIGINT'));
-          process.once('SIGTERM', () => stop('SIGTERM'));
-        });
-        // Log lines are written asynchronously: write what is left before the process exits.
-        await new Promise<void>((resolve) => logger.flush(() => resolve()));
-      },
-    );
+    .action(async (options: ServeOptions) => {
+      const config = readConfig({
+        ...process.env,
+        ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+        ...(options.port ? { PORT: options.port } : {}),
+        ...(options.host ? { HOST: options.host } : {}),
+        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+        ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+        ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
+      });
+      const logger = createServerLogger(config);
+      const server = await startServer(config, logger);
+      printWelcome(
+        process.stdout,
+        server.url,
+        server.demoTokens,
+        program.opts<GlobalOptions>().json === true,
+      );
+      await new Promise<void>((resolve) => {
+        const stop = (signal: string) => {
+          logger.info({ signal }, 'shutting down');
+          server.close().then(resolve, resolve);
+        };
+        process.once('SIGINT', () => stop('SIGINT'));
+        process.once('SIGTERM', () => stop('SIGTERM'));
+      });
+      // Log lines are written asynchronously: write what is left before the process exits.
+      await new Promise<void>((resolve) => logger.flush(() => resolve()));
+    });
 
   program
     .command('worker')
@@ -99,17 +105,20 @@ export function buildCli(): Command {
       'run jobs for a server: --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)',
     )
     .option('--agent', 'an agent worker: no DATABASE_URL, REDIS_URL or secret key (refused if set)')
+    .option('--apps <path>', 'run the apps module at PATH (the same module the server serves)')
     .option('--demo', "run the demo's apps")
     .option('--concurrency <n>', 'jobs at once (default 1)')
-    .action(async (options: { agent?: boolean; demo?: boolean; concurrency?: string }) => {
-      if (options.agent !== true) {
-        throw new ViewerCacheError('this build runs agent workers only: pass --agent', {
-          code: 'E_BAD_REQUEST',
-          status: 400,
-        });
-      }
-      await runAgentWorker(options);
-    });
+    .action(
+      async (options: { agent?: boolean; apps?: string; demo?: boolean; concurrency?: string }) => {
+        if (options.agent !== true) {
+          throw new ViewerCacheError('this build runs agent workers only: pass --agent', {
+            code: 'E_BAD_REQUEST',
+            status: 400,
+          });
+        }
+        await runAgentWorker(options);
+      },
+    );
 
   program
     .command('migrate')

@@ -3,9 +3,9 @@ import { InvalidArgumentError } from 'commander';
 import { ViewerCacheError } from '../index.js';
 import { AgentTokens, GROUP_RE } from './agent_tokens.js';
 import { checkAgentEnvironment, startAgentWorker } from './agent_worker.js';
+import { DEMO_APPS, loadApps } from './apps_loader.js';
 import { output, withCatalog, workspaceOf } from './cli_context.js';
 import { readConfig } from './config.js';
-import { demoWorld } from './demo.js';
 import { createServerLogger } from './runtime.js';
 
 function groupArg(value: string): string {
@@ -88,6 +88,7 @@ export function addAgentTokenCommands(program: Command): void {
  * is set (E_AGENT_CREDENTIALS). Runs until SIGINT/SIGTERM, then finishes the jobs it holds.
  */
 export async function runAgentWorker(options: {
+  apps?: string;
   demo?: boolean;
   concurrency?: string;
 }): Promise<void> {
@@ -110,11 +111,11 @@ export async function runAgentWorker(options: {
       status: 400,
     });
   }
-  if (options.demo !== true) {
-    throw new ViewerCacheError('an agent worker runs the apps it is given: pass --demo', {
-      code: 'E_AGENT_CONFIG',
-      status: 400,
-    });
+  if ((options.apps === undefined) === (options.demo !== true)) {
+    throw new ViewerCacheError(
+      'an agent worker runs the apps the server serves: pass --apps PATH or --demo (one of them)',
+      { code: 'E_AGENT_CONFIG', status: 400 },
+    );
   }
   const concurrency = Number(options.concurrency ?? '1');
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) {
@@ -124,16 +125,18 @@ export async function runAgentWorker(options: {
     });
   }
   const logger = createServerLogger(readConfig({ ...env }));
-  // The demo's runnables, as the server registers them (same versions): the child-run route
-  // is the server's, for the runnable that starts a child over HTTP with its job token.
-  const world = demoWorld(
-    (workspace) => new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, base),
-    env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '',
-  );
+  // The same apps module as the server (same runnable versions, or the job is refused as
+  // E_UNKNOWN_RUNNABLE): the child-run route is the server's, for a runnable that starts a
+  // child over HTTP with its job token.
+  const served = await loadApps(options.apps ?? DEMO_APPS, {
+    childRunUrl: (workspace) =>
+      new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, base),
+    env,
+  });
   const agent = startAgentWorker({
     serverUrl: base,
     agentToken,
-    runnables: world.runnables,
+    runnables: served.runnables,
     concurrency,
     logger,
   });
