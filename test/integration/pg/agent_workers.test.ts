@@ -1,11 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoToken } from '../../../src/server/tokens.js';
+import { AgentProcess } from '../../helpers/agent_process.js';
 import { freePort } from '../../helpers/free_port.js';
 import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
 import {
@@ -13,7 +12,6 @@ import {
   asRun,
   httpRequest,
   pollUntil,
-  ROOT,
   runCli,
   runCliJson,
   ServerProcess,
@@ -32,7 +30,6 @@ const BOB = 'bob@example.com';
 const CAROL = 'carol@example.com';
 const prefix = uniquePrefix();
 const SECRET_KEY = randomBytes(32).toString('hex');
-const MAIN = join(ROOT, 'src/server/main.ts');
 const PROTOCOL = { 'x-viewer-cache-agent-protocol': '1' };
 
 let db: TestDatabase;
@@ -41,51 +38,11 @@ let env: NodeJS.ProcessEnv;
 let server: ServerProcess;
 let url = '';
 const agents: AgentProcess[] = [];
-
-/** `viewer-cache worker --agent --demo` with exactly the agent's variables. */
-class AgentProcess {
-  readonly lines: string[] = [];
-  stderr = '';
-  readonly closed: Promise<number | null>;
-  readonly #child: ChildProcess;
-  constructor(vars: Record<string, string | undefined>) {
-    const base = serverEnv({});
-    // Nothing of the server's configuration: only what any process needs, and the agent's own.
-    const own: NodeJS.ProcessEnv = {
-      PATH: base['PATH'],
-      HOME: base['HOME'],
-      LOG_FORMAT: 'json',
-      NO_COLOR: '1',
-      VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
-      ...vars,
-    };
-    this.#child = spawn(
-      process.execPath,
-      ['--import', 'tsx', MAIN, 'worker', '--agent', '--demo'],
-      {
-        cwd: ROOT,
-        env: own,
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    this.#child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      this.stderr += chunk;
-    });
-    createInterface({ input: this.#child.stdout! }).on('line', (line) => this.lines.push(line));
-    this.closed = new Promise((resolve) => this.#child.once('close', (code) => resolve(code)));
-    agents.push(this);
-  }
-  signal(signal: NodeJS.Signals) {
-    if (this.#child.exitCode === null) this.#child.kill(signal);
-  }
-  /** Paths of the jobs it finished, from its log lines. */
-  finished(): { path: string; code: string }[] {
-    return this.lines
-      .map((line) => JSON.parse(line) as { msg?: string; path?: string; code?: string })
-      .filter((l) => l.msg === 'job finished')
-      .map((l) => ({ path: l.path!, code: l.code! }));
-  }
-}
+const startAgent = (vars: Record<string, string | undefined>) => {
+  const started = new AgentProcess(vars, prefix);
+  agents.push(started);
+  return started;
+};
 
 const appRun = (token: string, path: string, args: Record<string, unknown> = {}) =>
   httpRequest(url, 'POST', `/api/w/${WS}/apps/orders-dashboard/run`, {
@@ -324,7 +281,7 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
       { REDIS_URL: 'redis://127.0.0.1:6379' },
       { VIEWER_CACHE_SECRET_KEY: SECRET_KEY },
     ]) {
-      const agent = new AgentProcess({
+      const agent = startAgent({
         VIEWER_CACHE_SERVER_URL: url,
         VIEWER_CACHE_AGENT_TOKEN: 'vca_x',
         ...vars,
@@ -335,7 +292,7 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
   });
 
   it('runs the demo for each viewer: TS and SQL runnables, their rows, and hits stay on the server', async () => {
-    const agent = new AgentProcess({
+    const agent = startAgent({
       VIEWER_CACHE_SERVER_URL: url,
       VIEWER_CACHE_AGENT_TOKEN: await agentToken('worker'),
     });
@@ -374,7 +331,7 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
 
   it('a revoked agent stops with a coded refusal; SIGTERM stops one that is idle', async () => {
     const token = await agentToken('shortLived');
-    const agent = new AgentProcess({
+    const agent = startAgent({
       VIEWER_CACHE_SERVER_URL: url,
       VIEWER_CACHE_AGENT_TOKEN: token,
     });
@@ -386,7 +343,7 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
     expect(await agent.closed).toBe(1);
     expect(agent.stderr).toContain('E_UNAUTHENTICATED');
 
-    const idle = new AgentProcess({
+    const idle = startAgent({
       VIEWER_CACHE_SERVER_URL: url,
       VIEWER_CACHE_AGENT_TOKEN: await agentToken('idle'),
     });
