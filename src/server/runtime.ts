@@ -51,6 +51,8 @@ export function createServerLogger(
     redact: {
       paths: [
         'req.headers.authorization',
+        // An agent's query carries the job's token beside its own (http_agents.ts).
+        'req.headers["x-viewer-cache-job-token"]',
         'password',
         '*.password',
         'token',
