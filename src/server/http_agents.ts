@@ -13,6 +13,7 @@ import {
   type ProxiedReference,
   type RawQueryProxyLimits,
   runProxiedQuery,
+  runProxiedRoleCheck,
 } from '../index.js';
 import type { AgentDispatch, AgentOutcome } from './agent_dispatch.js';
 import type { AgentIdentity, AgentTokens } from './agent_tokens.js';
@@ -74,6 +75,16 @@ const queryBody = {
   },
 } as const;
 
+const holdsBody = {
+  type: 'object',
+  required: ['datatable', 'role'],
+  additionalProperties: false,
+  properties: {
+    datatable: { type: 'string', minLength: 1, maxLength: 63 },
+    role: { type: 'string', minLength: 1, maxLength: 63 },
+  },
+} as const;
+
 /**
  * The agent workers' API: take a job, finish it, and the query proxy. Every request carries
  * the agent protocol version (an agent without it is refused with 426 E_AGENT_PROTOCOL before
@@ -85,6 +96,7 @@ const queryBody = {
  * - `POST /api/agent/jobs/:id/finish` `{ ok: true, value }` | `{ ok: false, code, message }`.
  * - `POST /api/agent/query` `{ reference: { datatable, role }, sql, params? }` — rows, as the
  *   job's recorded viewer (see runProxiedQuery).
+ * - `POST /api/agent/holds` `{ datatable, role }` — `{ holds }`: `ctx.hasRole` for the job.
  */
 export function registerAgentRoutes(
   app: FastifyInstance<
@@ -179,6 +191,28 @@ export function registerAgentRoutes(
         },
       );
       return reply.type('application/json').send(result.json);
+    },
+  );
+
+  app.post<{ Body: { datatable: string; role: string } }>(
+    '/api/agent/holds',
+    { schema: { body: holdsBody }, config, preValidation },
+    async (request) => {
+      const agent = agentOf(request);
+      const jobToken = request.headers[JOB_TOKEN_HEADER];
+      const holds = await runProxiedRoleCheck(
+        {
+          protocol: AGENT_PROTOCOL_VERSION,
+          jobToken: typeof jobToken === 'string' ? jobToken : '',
+          datatable: request.body.datatable,
+          role: request.body.role,
+        },
+        {
+          jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
+          connector: deps.datatables,
+        },
+      );
+      return { holds };
     },
   );
 }

@@ -28,7 +28,35 @@ export interface ProxyClientOptions {
  */
 export function createProxyConnector(options: ProxyClientOptions): DatatableConnector {
   const url = new URL('/api/agent/query', options.serverUrl);
+  const holdsUrl = new URL('/api/agent/holds', options.serverUrl);
+  const post = async (target: URL, jobToken: string, body: unknown) => {
+    const response = await fetch(target, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${options.agentToken}`,
+        [AGENT_PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
+        [JOB_TOKEN_HEADER]: jobToken,
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify(body),
+    });
+    const parsed = (await response.json().catch(() => null)) as
+      | ({ error?: { code?: string; message?: string } } & Record<string, unknown>)
+      | null;
+    if (!response.ok || parsed === null || parsed.error !== undefined) {
+      throw failureOf(
+        parsed?.error?.code ?? 'E_EXECUTOR_FAILED',
+        parsed?.error?.message ?? `the query proxy answered ${response.status}`,
+      );
+    }
+    return parsed;
+  };
   return {
+    async viewerHolds(job, datatable, role) {
+      const jobToken = options.jobTokenOf(job);
+      if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');
+      return (await post(holdsUrl, jobToken, { datatable, role }))['holds'] === true;
+    },
     async connect(job, ref): Promise<DatatableLease> {
       const jobToken = options.jobTokenOf(job);
       if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');

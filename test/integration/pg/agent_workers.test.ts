@@ -184,6 +184,26 @@ describe('the agent protocol, played by the test', { timeout: 90_000 }, () => {
     expect([...regions]).toEqual(['emea']);
     const who = await query(mine, jobToken, 'select viewer_cache.viewer_email() as e');
     expect((who.json as { rows: unknown[] }).rows).toEqual([{ e: ALICE }]);
+    // ctx.hasRole over the proxy: the recorded viewer's roles.
+    const holds = (role: string) =>
+      agentPost(
+        '/api/agent/holds',
+        mine,
+        { datatable: 'main', role },
+        { ...PROTOCOL, 'x-viewer-cache-job-token': jobToken },
+      );
+    expect((await holds(`${prefix}sales_emea`)).json).toEqual({ holds: true });
+    expect((await holds(`${prefix}sales_amer`)).json).toEqual({ holds: false });
+    expect(
+      codeOf(
+        await agentPost(
+          '/api/agent/holds',
+          peer,
+          { datatable: 'main', role: `${prefix}sales_emea` },
+          { ...PROTOCOL, 'x-viewer-cache-job-token': jobToken },
+        ),
+      ),
+    ).toBe('E_JOB_TOKEN_INVALID');
     // The viewer is not something the agent can say: no field for it.
     const claim = await agentPost(
       '/api/agent/query',
