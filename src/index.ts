@@ -57,6 +57,9 @@ export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
   AgentProtocolError,
+  AppsModuleInvalidError,
+  AppsModuleLoadFailedError,
+  AppsModuleNotFoundError,
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,
@@ -141,11 +144,16 @@ export type {
   ProxiedQuery,
   ProxiedQueryResult,
   ProxiedReference,
+  ProxiedRoleCheck,
   QueryProxyDeps,
   RawQueryProxyLimits,
   RunningJobs,
 } from './proxy/query_proxy.js';
-export { AGENT_PROTOCOL_VERSION, runProxiedQuery } from './proxy/query_proxy.js';
+export {
+  AGENT_PROTOCOL_VERSION,
+  runProxiedQuery,
+  runProxiedRoleCheck,
+} from './proxy/query_proxy.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

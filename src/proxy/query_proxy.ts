@@ -13,6 +13,7 @@ import {
 import { type ByteSize, type Duration, resolveByteSize, resolveDuration } from '../duration.js';
 import {
   AgentProtocolError,
+  DatatableUnavailableError,
   InvalidDatatableRefError,
   JobTokenInvalidError,
   QueryTimeoutError,
@@ -161,6 +162,39 @@ export async function runProxiedQuery(
     // A statement still running past its bound: the connection is closed, never pooled.
     await lease.release(destroy);
   }
+}
+
+/** A proxied `ctx.hasRole(datatable, role)`: whether the running job's recorded viewer holds it. */
+export interface ProxiedRoleCheck {
+  readonly protocol: unknown;
+  readonly jobToken: string;
+  readonly datatable: string;
+  readonly role: string;
+}
+
+/**
+ * Answers `ctx.hasRole` for a job that runs elsewhere, as the connector answers it in process
+ * (never opens a connection; `false` when the run has no viewer).
+ *
+ * @throws {AgentProtocolError} @throws {JobTokenInvalidError} @throws {DatatableUnavailableError}
+ *   when the connector cannot answer role questions.
+ */
+export async function runProxiedRoleCheck(
+  check: ProxiedRoleCheck,
+  deps: Pick<QueryProxyDeps, 'jobs' | 'connector'>,
+): Promise<boolean> {
+  if (check === null || typeof check !== 'object' || check.protocol !== AGENT_PROTOCOL_VERSION) {
+    throw new AgentProtocolError();
+  }
+  // The same names a reference accepts.
+  datatableRefOf(check.datatable, { role: check.role });
+  const job =
+    typeof check.jobToken === 'string' && check.jobToken.length > 0
+      ? await deps.jobs.jobOfToken(check.jobToken)
+      : null;
+  if (job === null) throw new JobTokenInvalidError();
+  if (deps.connector.viewerHolds === undefined) throw new DatatableUnavailableError();
+  return deps.connector.viewerHolds(job, check.datatable, check.role);
 }
 
 /** The reference a proxied request names, by the rules `ctx.datatable` and SQL runnables use. */

@@ -5,6 +5,7 @@ import {
   StoreUnavailableError,
   ViewerCacheError,
 } from '../index.js';
+import { addAgentTokenCommands, runAgentWorker } from './cli_agents.js';
 import {
   type GlobalOptions,
   output,
@@ -23,6 +24,15 @@ import { printWelcome } from './welcome.js';
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
+
+interface ServeOptions {
+  port?: string;
+  host?: string;
+  demo?: boolean;
+  apps?: string;
+  execution?: string;
+  agentGroup?: string;
+}
 
 export function buildCli(): Command {
   const program = new Command('viewer-cache')
@@ -50,12 +60,24 @@ export function buildCli(): Command {
       '--demo',
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
-    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
+    .option(
+      '--apps <path>',
+      'serve the apps module at PATH (default export { runnables, apps, hooks?, schedules? }; $VIEWER_CACHE_APPS)',
+    )
+    .option(
+      '--execution <mode>',
+      'where misses run: process (here) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
+    )
+    .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
+    .action(async (options: ServeOptions) => {
       const config = readConfig({
         ...process.env,
+        ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
         ...(options.port ? { PORT: options.port } : {}),
         ...(options.host ? { HOST: options.host } : {}),
         ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+        ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+        ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
       });
       const logger = createServerLogger(config);
       exitOnFatal(logger);
@@ -79,6 +101,27 @@ export function buildCli(): Command {
     });
 
   program
+    .command('worker')
+    .description(
+      'run jobs for a server: --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)',
+    )
+    .option('--agent', 'an agent worker: no DATABASE_URL, REDIS_URL or secret key (refused if set)')
+    .option('--apps <path>', 'run the apps module at PATH (the same module the server serves)')
+    .option('--demo', "run the demo's apps")
+    .option('--concurrency <n>', 'jobs at once (default 1)')
+    .action(
+      async (options: { agent?: boolean; apps?: string; demo?: boolean; concurrency?: string }) => {
+        if (options.agent !== true) {
+          throw new ViewerCacheError('this build runs agent workers only: pass --agent', {
+            code: 'E_BAD_REQUEST',
+            status: 400,
+          });
+        }
+        await runAgentWorker(options);
+      },
+    );
+
+  program
     .command('migrate')
     .description('apply catalog migrations (idempotent; safe with several processes)')
     .action(() =>
@@ -88,6 +131,7 @@ export function buildCli(): Command {
     );
 
   addTokenCommands(program);
+  addAgentTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
 

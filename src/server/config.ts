@@ -43,6 +43,11 @@ export interface ServerConfig {
    * default on the embedded PostgreSQL only; never into a database you named unless asked.
    */
   readonly seedDemo: boolean;
+  /**
+   * The apps module the server serves (`serve --apps PATH`, VIEWER_CACHE_APPS), as an absolute
+   * path; null = the demo's apps when the demo is seeded, else none.
+   */
+  readonly appsPath: string | null;
   /** Prefix of the demo's role names (roles are cluster-wide: lets several demos share one). */
   readonly demoRolePrefix: string;
   /** Longest a client may take to send a whole request, headers and body (ms). */
@@ -55,6 +60,13 @@ export interface ServerConfig {
   readonly scheduleEveryMs: number;
   /** How long a per-recipient delivery is kept in the outbox (ms). */
   readonly outboxRetentionMs: number;
+  /**
+   * Where jobs run on a miss: `process` (in the server) or `agent` (on agent workers, which
+   * take them through the HTTP API: `viewer-cache worker --agent`).
+   */
+  readonly execution: 'process' | 'agent';
+  /** With `execution: 'agent'`: the worker group whose agents run this server's jobs. */
+  readonly agentGroup: string;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -93,7 +105,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     prettyLogs:
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
-    seedDemo: flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO') ?? !env['DATABASE_URL'],
+    seedDemo: seedDemo(env),
+    appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
     demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
     requestTimeoutMs: integer(
       env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
@@ -125,7 +138,38 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1000,
       10 * 365 * 86_400_000,
     ),
+    execution: oneOf(env['VIEWER_CACHE_EXECUTION'] || 'process', 'VIEWER_CACHE_EXECUTION', [
+      'process',
+      'agent',
+    ] as const),
+    agentGroup: agentGroup(env['VIEWER_CACHE_AGENT_GROUP'] || 'default'),
   };
+}
+
+function oneOf<const T extends string>(raw: string, name: string, values: readonly T[]): T {
+  if ((values as readonly string[]).includes(raw)) return raw as T;
+  throw new TypeError(`${name} must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`);
+}
+
+function agentGroup(raw: string): string {
+  if (/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) return raw;
+  throw new TypeError(
+    `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
+  );
+}
+
+/**
+ * The demo is seeded when asked, or by default on the embedded PostgreSQL when no apps module is
+ * given. Your apps and the demo's are not served together: asking for both is refused.
+ */
+function seedDemo(env: NodeJS.ProcessEnv): boolean {
+  const asked = flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO');
+  if (asked === true && env['VIEWER_CACHE_APPS']) {
+    throw new TypeError(
+      'VIEWER_CACHE_APPS (--apps) and VIEWER_CACHE_DEMO (--demo) exclude each other: the server serves your apps or the demo',
+    );
+  }
+  return asked ?? (!env['DATABASE_URL'] && !env['VIEWER_CACHE_APPS']);
 }
 
 /** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */

@@ -16,6 +16,7 @@ import {
 } from '../index.js';
 import type { Apps } from './apps.js';
 import { limitConnections } from './connection_limits.js';
+import { type AgentRouteDeps, registerAgentRoutes } from './http_agents.js';
 import { requireCachingDecisions, setLiveHeaders } from './http_caching.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { deferredChildLogger } from './http_logger.js';
@@ -57,6 +58,8 @@ export interface HttpDeps {
   };
   /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
   recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
+  /** Agent workers' routes and query proxy (http_agents.ts); absent: those routes are 404. */
+  agents?: AgentRouteDeps;
   /** The cache store's readiness, `ok` or its state (store_readiness.ts); absent in process. */
   storeState?: () => Promise<string>;
   /** One access line per completed request (`VIEWER_CACHE_ACCESS_LOG`). @default true */
@@ -348,6 +351,8 @@ export function buildHttpApp(deps: HttpDeps) {
         (await deps.datatables.principals(workspace, email)).isAdmin,
     });
   }
+
+  if (deps.agents !== undefined) registerAgentRoutes(app, deps.agents);
 
   app.get<{ Params: WorkspaceParams }>(
     '/api/w/:workspace/schedules',

@@ -18,8 +18,11 @@ import {
   TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
+import { agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
+import { AgentTokens } from './agent_tokens.js';
+import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
-import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
+import { DEMO_WORKSPACE, seedDemo } from './demo.js';
 import { EmbedKeys } from './embed_keys.js';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
@@ -48,6 +51,8 @@ export function createServerLogger(
     redact: {
       paths: [
         'req.headers.authorization',
+        // An agent's query carries the job's token beside its own (http_agents.ts).
+        'req.headers["x-viewer-cache-job-token"]',
         'password',
         '*.password',
         'token',
@@ -133,7 +138,7 @@ export interface RunningServer {
 
 /**
  * Starts the reference server: Postgres (given or embedded), the catalog, the cache store (Redis
- * or in process), the executor with the demo runnables, the scheduler and the HTTP API.
+ * or in process), the executor with the apps module's runnables (or the demo's), the scheduler and the HTTP API.
  */
 export async function startServer(config: ServerConfig, logger: Logger): Promise<RunningServer> {
   const cleanup: (() => Promise<unknown>)[] = [];
@@ -141,6 +146,22 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     for (const step of cleanup.reverse()) await step().catch(() => {});
   };
   try {
+    let baseUrl = '';
+    // The job-token route of a workspace, from parts that were validated here: a runnable's
+    // workspace cannot steer a live job token to another route or host.
+    const childRunUrl = (workspace: string) => {
+      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
+      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
+    };
+    // Your apps module, or the demo's when the demo is seeded: nothing of the demo runs against a
+    // database it did not seed (its schedules would fail there every minute). Loaded first, so a
+    // module that is refused leaves nothing started and nothing written.
+    const appsSource = config.appsPath ?? (config.seedDemo ? DEMO_APPS : null);
+    const world =
+      appsSource === null ? NO_APPS : await loadApps(appsSource, { childRunUrl, env: process.env });
+    if (appsSource === null)
+      logger.warn('no apps to serve: start with --apps PATH (VIEWER_CACHE_APPS), or --demo');
+
     const secretKey = await loadSecretKey(config);
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
@@ -191,18 +212,22 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       store = new MemoryCacheStore();
     }
 
-    let baseUrl = '';
-    // The job-token route of a workspace, from parts that were validated here: a runnable's
-    // workspace cannot steer a live job token to another route or host.
-    const childRunUrl = (workspace: string) => {
-      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
-    };
-    const world = demoWorld(childRunUrl, process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '');
     const jobTokens = new JobTokens();
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    // With agents, a miss is handed to an agent of the group (the same job, viewer recorded
+    // here); the executor above still builds jobs and knows the runnables' versions.
+    let agents: { dispatch: InProcessAgentDispatch; tokens: AgentTokens } | undefined;
+    if (config.execution === 'agent') {
+      const tokens = new AgentTokens(pool, { logger });
+      await tokens.start();
+      cleanup.push(async () => tokens.stop());
+      const dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+      cleanup.push(async () => dispatch.close());
+      agents = { dispatch, tokens };
+    }
+    const runner = agents ? agentExecutor(agents.dispatch, config.agentGroup) : executor;
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
-    const cache = withResultCache(executor, {
+    const cache = withResultCache(runner, {
       store,
       fingerprint: datatables.fingerprint,
       logger,
@@ -250,7 +275,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     });
 
     const scheduler = new Scheduler(
-      DEMO_WORKSPACE,
+      world.workspace ?? DEMO_WORKSPACE,
       world.schedules,
       executor,
       cache,
@@ -277,12 +302,23 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),
+      ...(agents
+        ? {
+            agents: {
+              agentTokens: agents.tokens,
+              dispatch: agents.dispatch,
+              datatables,
+            },
+          }
+        : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
-    // The first scheduled run happens before anyone is told the server is up.
-    await scheduler.tick();
+    // The first scheduled run happens before anyone is told the server is up — except when
+    // jobs run on agents, which cannot take it before the server is up to hand it over.
+    if (agents === undefined) await scheduler.tick();
+    else void scheduler.tick().catch(() => {});
     scheduler.start(config.scheduleEveryMs);
     return { url: baseUrl, demoTokens, close };
   } catch (err) {

@@ -99,6 +99,22 @@ const MIGRATIONS: readonly Migration[] = [
       `create index outbox_created on ${SERVER_SCHEMA}.outbox (created_at)`,
     ],
   },
+  {
+    version: 6,
+    name: 'agent tokens',
+    statements: [
+      // Agent workers' bearer tokens, SHA-256 only, like api_token: a token lets an agent of
+      // `worker_group` take that group's jobs of `workspace`, and nothing else (agent_tokens.ts).
+      // Revocations bump token_generation, which every process already polls.
+      `create table ${SERVER_SCHEMA}.agent_token (
+        token_hash bytea primary key,
+        workspace text not null,
+        worker_group text not null check (worker_group ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+        label text,
+        created_at timestamptz not null default now()
+      )`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { AgentProcess } from './agent_process.js';
 import { freePort } from './free_port.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { QUERY_OVERLAP } from './query_overlap.js';
@@ -31,6 +32,12 @@ export interface E2eOptions {
  */
 export class E2eServer {
   readonly cliOutputs: string[] = [];
+  /**
+   * VC_TEST_EXECUTION=agent: the server hands every miss to an agent worker process
+   * (`worker --agent --demo`, no database credential), started once the server is ready.
+   */
+  readonly execution = process.env['VC_TEST_EXECUTION'] === 'agent' ? 'agent' : 'process';
+  agent: AgentProcess | undefined;
   env: NodeJS.ProcessEnv = {};
   server!: ServerProcess;
   /** The server's URL, once it is ready. */
@@ -65,6 +72,7 @@ export class E2eServer {
       HOST: '127.0.0.1',
       PORT: String(this.port),
       LOG_LEVEL: 'debug',
+      ...(this.execution === 'agent' ? { VIEWER_CACHE_EXECUTION: 'agent' } : {}),
     });
     this.redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
     this.redis.on('error', () => {});
@@ -75,6 +83,18 @@ export class E2eServer {
   async ready(): Promise<{ url: string; tokens?: Record<string, string> }> {
     const ready = await this.server.ready;
     this.url = ready.url;
+    if (this.execution === 'agent' && this.agent === undefined) {
+      const { token } = await this.cliJson<{ token: string }>([
+        'agent-token',
+        'create',
+        '--group',
+        'default',
+      ]);
+      this.agent = new AgentProcess(
+        { VIEWER_CACHE_SERVER_URL: this.url, VIEWER_CACHE_AGENT_TOKEN: token },
+        this.options.prefix,
+      );
+    }
     return ready;
   }
 
@@ -102,6 +122,10 @@ export class E2eServer {
    * the server warned of an overlapping pg query (see query_overlap.ts).
    */
   async stop(): Promise<void> {
+    if (this.agent !== undefined) {
+      this.agent.signal('SIGKILL');
+      await this.agent.closed;
+    }
     if (this.server?.running) await this.server.kill();
     const overlap = this.server !== undefined && QUERY_OVERLAP.test(this.server.stderr);
     if (this.redis !== undefined) {

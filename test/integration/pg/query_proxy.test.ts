@@ -9,6 +9,7 @@ import {
   type ProxiedQuery,
   type RawQueryProxyLimits,
   runProxiedQuery,
+  runProxiedRoleCheck,
 } from '../../../src/index.js';
 import { app, type OrdersDb, ordersDb, PUBLISHER, ROWS, WS } from '../../helpers/orders_db.js';
 
@@ -67,6 +68,7 @@ beforeAll(async () => {
       leases++;
       return fx.datatables.connect(job, ref);
     },
+    viewerHolds: (job, datatable, role) => fx.datatables.viewerHolds!(job, datatable, role),
   };
 });
 afterAll(async () => {
@@ -178,6 +180,22 @@ describe('runProxiedQuery', () => {
     expect(rows).toEqual([{ t: '30s' }]);
     const reset = await ask('tok-bounds', 'show statement_timeout', {}, { timeout: '5s' });
     expect(reset.rows).toEqual([{ statement_timeout: '5s' }]);
+  });
+
+  it("ctx.hasRole through the proxy: the recorded viewer's roles, for a live token only", async () => {
+    start(ALICE, 'tok-holds');
+    const check = (role: string, token = 'tok-holds', protocol: unknown = AGENT_PROTOCOL_VERSION) =>
+      runProxiedRoleCheck(
+        { protocol, jobToken: token, datatable: 'main', role },
+        { jobs, connector },
+      );
+    expect(await check(fx.EMEA)).toBe(true);
+    expect(await check(fx.AMER)).toBe(false);
+    await expect(check(fx.EMEA, 'tok-none')).rejects.toMatchObject({ code: 'E_JOB_TOKEN_INVALID' });
+    await expect(check(fx.EMEA, 'tok-holds', null)).rejects.toMatchObject({
+      code: 'E_AGENT_PROTOCOL',
+    });
+    await expect(check('admin')).rejects.toMatchObject({ code: 'E_INVALID_ROLE_NAME' });
   });
 
   it('parameters travel as parameters', async () => {
