@@ -13,11 +13,12 @@ import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
 import { JobAuthorizations } from './access/job_authorizations.js';
+import { LearnedSets } from './access/learned_sets.js';
 import { RunDependencies } from './access/run_dependencies.js';
 import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
-import { migrateCatalog } from './catalog/migrations.js';
+import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
@@ -99,9 +100,32 @@ class DatatableService implements Datatables {
       logger,
       heartbeatMs: catalog.heartbeatMs,
       heartbeatTimeoutMs: catalog.heartbeatTimeoutMs,
+      // A learned set that grew elsewhere: read it again on this process's next run of it.
+      channels: {
+        [LEARNED_CHANNEL]: (payload) => {
+          const announced = LearnedSets.parseAnnouncement(payload);
+          if (announced !== null) this.#dependencies.forget(announced.digest, announced.size);
+        },
+      },
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
-    this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job));
+    const learned = new LearnedSets({
+      pool: this.#pool,
+      key: passwords.deriveKey('learned dependency sets'),
+      logger,
+    });
+    this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job), {
+      shared: {
+        load: (version) => learned.load(version),
+        save: (version, set) => learned.save(version, set),
+        digest: (version) => LearnedSets.digest(version),
+        hearsAnnouncements: () => this.#snapshot.listenerUp,
+      },
+    });
+    // Announcements missed while the listener was down: every version is read again.
+    events.on('catalog:listener', ({ up }) => {
+      if (up) this.#dependencies.forgetAll();
+    });
     const dependencies = this.#dependencies;
     this.fingerprint = Object.assign((job: Job) => dependencies.fingerprint(job), {
       track: (job: Job) => dependencies.track(job),

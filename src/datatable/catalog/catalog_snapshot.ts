@@ -36,6 +36,11 @@ export interface CatalogSnapshotOptions {
   heartbeatMs?: number;
   /** A heartbeat not answered within this long declares the listener dead. @default 1000 */
   heartbeatTimeoutMs?: number;
+  /**
+   * More channels the one listener listens on, with what to do with each payload (learned
+   * dependency sets' announcements). @default none
+   */
+  channels?: Readonly<Record<string, (payload: string) => void>>;
 }
 
 /**
@@ -83,8 +88,10 @@ export class CatalogSnapshot {
   /** waitForGeneration callers, answered when the snapshot closes. */
   readonly #closeWaiters = new Set<() => void>();
   readonly #acks: PropagationAcks;
+  readonly #channels: Readonly<Record<string, (payload: string) => void>>;
 
   constructor(options: CatalogSnapshotOptions) {
+    this.#channels = options.channels ?? {};
     this.#pool = options.pool;
     this.#events = options.events;
     this.#listenConfig = options.listenConnection;
@@ -358,7 +365,11 @@ export class CatalogSnapshot {
         if (Number.isSafeInteger(announced)) this.#acks.received(message.processId, announced);
         return;
       }
-      if (message.channel !== CATALOG_CHANNEL) return;
+      if (message.channel !== CATALOG_CHANNEL) {
+        if (Object.hasOwn(this.#channels, message.channel))
+          this.#channels[message.channel]?.(message.payload ?? '');
+        return;
+      }
       // Any role may NOTIFY this channel. A generation not newer than ours announces nothing.
       const held = this.#state?.generation;
       if (held !== undefined && Number.isSafeInteger(announced) && announced <= held) {
@@ -380,6 +391,8 @@ export class CatalogSnapshot {
     try {
       await client.connect();
       await queryInTurn(client, `listen ${CATALOG_CHANNEL}`);
+      for (const channel of Object.keys(this.#channels))
+        await queryInTurn(client, `listen ${channel}`);
       await this.#acks.attach(client);
     } catch (err) {
       await endClient(client);
