@@ -214,6 +214,12 @@ class DatatableService implements Datatables {
     return this.#snapshot.waitForGeneration(generation);
   }
 
+  awaitPropagation(
+    generation?: number,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    return this.#snapshot.awaitPropagation(generation);
+  }
+
   async connect(job: Job, ref: DatatableRef): Promise<DatatableLease> {
     const access = ref.access.kind;
     const timed = this.events.has('datatable:resolved') || this.events.has('datatable:connected');

@@ -111,6 +111,37 @@ export class CatalogSnapshot {
     return this.#acks.watch();
   }
 
+  /**
+   * Resolves once every live process's next run reflects the catalog as of `generation` (by
+   * default: as of now, read from Postgres) — for applications that write governing-table rows
+   * on connections of their own, called after their commit. Asks every listener to acknowledge
+   * it: one holding it acknowledges at once, one behind stops trusting its memory first (so its
+   * next run confirms with Postgres). A listener that does not answer is waited for at most the
+   * staleness bound, after which it has stopped trusting its memory anyway.
+   */
+  async awaitPropagation(
+    generation?: number,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    const watch = await this.#acks.watch();
+    try {
+      const target =
+        generation ??
+        Number(
+          (await this.#pool.query<{ value: string }>(sql.READ_GENERATION)).rows[0]?.value ?? 0,
+        );
+      if (watch === null) {
+        // No listener here: this process reads Postgres on every run; the others are bounded.
+        await new Promise((resolve) => setTimeout(resolve, this.stalenessBoundMs).unref());
+        return { generation: target, acknowledged: 0, missing: 0 };
+      }
+      await this.#pool.query('select pg_notify($1, $2)', [CATALOG_CHANNEL, String(target)]);
+      const [result] = await Promise.all([watch.wait(target), this.waitForGeneration(target)]);
+      return { generation: target, ...result };
+    } finally {
+      watch?.close();
+    }
+  }
+
   /** The longest a change can go unnoticed with the listener silently dead (README). */
   get stalenessBoundMs(): number {
     return this.#heartbeatMs + this.#heartbeatTimeoutMs;
