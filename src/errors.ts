@@ -281,6 +281,21 @@ export const InvalidationUnsupportedError = defineError(
 );
 export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
+/**
+ * `transactionPooler: true`, but the pooler carries session state from one transaction to the
+ * next (probed at start: a `SET` in one transaction, read back in the next on the same
+ * backend). PgBouncer needs `server_reset_query = DISCARD ALL` and
+ * `server_reset_query_always = 1`; without them a runnable's `SET ROLE` reaches another run of
+ * its login.
+ */
+export const PoolerUnsafeError = defineError(
+  'E_POOLER_UNSAFE',
+  'PoolerUnsafeError',
+  'the transaction pooler keeps session state between transactions: set server_reset_query = DISCARD ALL and server_reset_query_always = 1 (PgBouncer)',
+  500,
+);
+export type PoolerUnsafeError = InstanceType<typeof PoolerUnsafeError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -310,6 +325,7 @@ export const errors = {
   E_EMBED_EXPIRED: EmbedExpiredError,
   E_EMBED_AUDIENCE: EmbedAudienceError,
   E_EMBED_REVOKED: EmbedRevokedError,
+  E_POOLER_UNSAFE: PoolerUnsafeError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -77,6 +77,7 @@ export {
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  PoolerUnsafeError,
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,

@@ -28,6 +28,7 @@ import { listSetLogins, type SetLoginInfo, wantedSetLogins } from './logins/logi
 import { LoginLeaser } from './logins/login_leaser.js';
 import { LoginPools } from './logins/login_pools.js';
 import { LoginRepair } from './logins/login_repair.js';
+import { probePooler } from './logins/pooler_probe.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
@@ -49,7 +50,7 @@ export async function createDatatablesWithHooks(
   const resolved = resolveDatatablesOptions(options);
   const service = new DatatableService(resolved, hooks);
   try {
-    await service.start(resolved.migrate);
+    await service.start(resolved);
   } catch (err) {
     await service.close();
     throw err;
@@ -193,8 +194,17 @@ class DatatableService implements Datatables {
     });
   }
 
-  async start(migrate: boolean): Promise<void> {
-    if (migrate) await migrateCatalog(this.#pool);
+  async start(options: ResolvedDatatablesOptions): Promise<void> {
+    if (options.transactionPooler) {
+      // Refused before anything is lent: a pooler that keeps a SET between transactions would
+      // hand a runnable's SET ROLE to the next run of its login.
+      const met = await probePooler({ ...options.adminConfig, ...options.loginConfig });
+      if (!met)
+        this.#logger.warn(
+          'transactionPooler: the pooler probe never met its backend again (session mode, or a busy pool): could not confirm server_reset_query_always = 1',
+        );
+    }
+    if (options.migrate) await migrateCatalog(this.#pool);
     await this.#snapshot.start();
   }
 
