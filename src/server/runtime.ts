@@ -151,6 +151,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     let store: CacheStore;
     let storeState: (() => Promise<string>) | undefined;
+    let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
     if (config.redisUrl !== null) {
       const redis = openRedis(config);
       redis.on('error', (err: Error) =>
@@ -166,6 +167,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         });
         cleanup.push(() => twoTier.close());
         store = twoTier;
+        busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
       } else {
         store = new RedisCacheStore(shared);
       }
@@ -259,6 +261,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),
+      ...(busState ? { busState } : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
