@@ -126,8 +126,11 @@ export class RunDependencies {
           return found ?? UNKNOWN;
         },
         () => {
-          // The store failed: the full fingerprint, which needs nothing from it.
+          // The store failed: the full fingerprint, which needs nothing from it; remembered, so
+          // a failing store (an unmigrated catalog) costs no query per lookup — this process
+          // then learns on its own, as before sets were shared.
           this.#loading.delete(key);
+          if (epoch === this.#epoch) this.#remember(key, NOT_LEARNED, null);
           return UNKNOWN;
         },
       );
