@@ -392,6 +392,20 @@ export const AppsModuleInvalidError = defineError(
   500,
 );
 export type AppsModuleInvalidError = InstanceType<typeof AppsModuleInvalidError>;
+/**
+ * `transactionPooler: true`, but the pooler carries session state from one transaction to the
+ * next (probed at start: a `SET` in one transaction, read back in the next on the same
+ * backend). PgBouncer needs `server_reset_query = DISCARD ALL` and
+ * `server_reset_query_always = 1`; without them a runnable's `SET ROLE` reaches another run of
+ * its login.
+ */
+export const PoolerUnsafeError = defineError(
+  'E_POOLER_UNSAFE',
+  'PoolerUnsafeError',
+  'the transaction pooler keeps session state between transactions: set server_reset_query = DISCARD ALL and server_reset_query_always = 1 (PgBouncer)',
+  500,
+);
+export type PoolerUnsafeError = InstanceType<typeof PoolerUnsafeError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -434,6 +448,7 @@ export const errors = {
   E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,
   E_APPS_MODULE_INVALID: AppsModuleInvalidError,
+  E_POOLER_UNSAFE: PoolerUnsafeError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -84,6 +84,7 @@ export {
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  PoolerUnsafeError,
   PythonUnavailableError,
   QueryTimeoutError,
   ResultTooLargeError,

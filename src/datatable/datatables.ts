@@ -13,11 +13,12 @@ import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
 import { JobAuthorizations } from './access/job_authorizations.js';
+import { LearnedSets } from './access/learned_sets.js';
 import { RunDependencies } from './access/run_dependencies.js';
 import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
-import { migrateCatalog } from './catalog/migrations.js';
+import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
@@ -27,6 +28,7 @@ import { listSetLogins, type SetLoginInfo, wantedSetLogins } from './logins/logi
 import { LoginLeaser } from './logins/login_leaser.js';
 import { LoginPools } from './logins/login_pools.js';
 import { LoginRepair } from './logins/login_repair.js';
+import { probePooler } from './logins/pooler_probe.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
@@ -48,7 +50,7 @@ export async function createDatatablesWithHooks(
   const resolved = resolveDatatablesOptions(options);
   const service = new DatatableService(resolved, hooks);
   try {
-    await service.start(resolved.migrate);
+    await service.start(resolved);
   } catch (err) {
     await service.close();
     throw err;
@@ -99,9 +101,32 @@ class DatatableService implements Datatables {
       logger,
       heartbeatMs: catalog.heartbeatMs,
       heartbeatTimeoutMs: catalog.heartbeatTimeoutMs,
+      // A learned set that grew elsewhere: read it again on this process's next run of it.
+      channels: {
+        [LEARNED_CHANNEL]: (payload) => {
+          const announced = LearnedSets.parseAnnouncement(payload);
+          if (announced !== null) this.#dependencies.forget(announced.digest, announced.size);
+        },
+      },
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
-    this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job));
+    const learned = new LearnedSets({
+      pool: this.#pool,
+      key: passwords.deriveKey('learned dependency sets'),
+      logger,
+    });
+    this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job), {
+      shared: {
+        load: (version) => learned.load(version),
+        save: (version, set) => learned.save(version, set),
+        digest: (version) => LearnedSets.digest(version),
+        hearsAnnouncements: () => this.#snapshot.listenerUp,
+      },
+    });
+    // Announcements missed while the listener was down: every version is read again.
+    events.on('catalog:listener', ({ up }) => {
+      if (up) this.#dependencies.forgetAll();
+    });
     const dependencies = this.#dependencies;
     this.fingerprint = Object.assign((job: Job) => dependencies.fingerprint(job), {
       track: (job: Job) => dependencies.track(job),
@@ -169,8 +194,17 @@ class DatatableService implements Datatables {
     });
   }
 
-  async start(migrate: boolean): Promise<void> {
-    if (migrate) await migrateCatalog(this.#pool);
+  async start(options: ResolvedDatatablesOptions): Promise<void> {
+    if (options.transactionPooler) {
+      // Refused before anything is lent: a pooler that keeps a SET between transactions would
+      // hand a runnable's SET ROLE to the next run of its login.
+      const met = await probePooler({ ...options.adminConfig, ...options.loginConfig });
+      if (!met)
+        this.#logger.warn(
+          'transactionPooler: the pooler probe never met its backend again (session mode, or a busy pool): could not confirm server_reset_query_always = 1',
+        );
+    }
+    if (options.migrate) await migrateCatalog(this.#pool);
     await this.#snapshot.start();
   }
 
@@ -188,6 +222,12 @@ class DatatableService implements Datatables {
 
   waitForGeneration(generation: number): Promise<void> {
     return this.#snapshot.waitForGeneration(generation);
+  }
+
+  awaitPropagation(
+    generation?: number,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    return this.#snapshot.awaitPropagation(generation);
   }
 
   async connect(job: Job, ref: DatatableRef): Promise<DatatableLease> {

@@ -150,6 +150,16 @@ export interface Datatables extends DatatableConnector {
   readonly listenerUp: boolean;
   /** Resolves once this process has loaded `generation` (or newer). */
   waitForGeneration(generation: number): Promise<void>;
+  /**
+   * "Next run" for writers of governing tables: call after committing rows on a connection of
+   * your own; resolves once every live process's next run sees the catalog as of `generation`
+   * (default: the generation in Postgres when called, which includes every write committed
+   * before). A process that does not answer is waited for at most heartbeat + timeout, by when
+   * it has stopped trusting its memory. `missing` counts those.
+   */
+  awaitPropagation(
+    generation?: number,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }>;
   /** Set logins, with the names of the roles they hold. */
   listLogins(): Promise<SetLoginInfo[]>;
   /**

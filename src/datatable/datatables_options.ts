@@ -46,6 +46,8 @@ export interface ResolvedDatatablesOptions {
   readonly logger: Logger;
   readonly migrate: boolean;
   readonly viewerIdentity: boolean;
+  /** Login connections go through a transaction pooler (probed at start). */
+  readonly transactionPooler: boolean;
   readonly catalog: {
     readonly heartbeatMs: number;
     readonly heartbeatTimeoutMs: number;
@@ -95,7 +97,8 @@ export function resolveDatatablesOptions(options: RawDatatablesOptions): Resolve
     'pools.statementTimeout',
   );
   const viewerIdentity = Boolean(options.viewerIdentity ?? defaults.viewerIdentity);
-  if ((options.transactionPooler ?? defaults.transactionPooler) === true) {
+  const transactionPooler = (options.transactionPooler ?? defaults.transactionPooler) === true;
+  if (transactionPooler) {
     // Nothing session-scoped through a transaction pooler: each statement may meet another
     // backend. Refused at start rather than failing open per run.
     if (viewerIdentity) {
@@ -124,6 +127,7 @@ export function resolveDatatablesOptions(options: RawDatatablesOptions): Resolve
     logger: options.logger ?? silentLogger,
     migrate: Boolean(options.migrate ?? defaults.migrate),
     viewerIdentity,
+    transactionPooler,
     catalog: Object.freeze({
       heartbeatMs: positive(
         resolveDuration(catalog.heartbeat ?? defaults.catalog.heartbeat, 'catalog.heartbeat'),

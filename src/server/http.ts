@@ -64,6 +64,11 @@ export interface HttpDeps {
   storeState?: () => Promise<string>;
   /** One access line per completed request (`VIEWER_CACHE_ACCESS_LOG`). @default true */
   accessLog?: boolean;
+  /**
+   * The invalidation bus's state (two tiers only): `confirmed` (epochs in memory, no round
+   * trip), or `unconfirmed` (reconnecting: every lookup reads the epochs from Redis).
+   */
+  busState?: () => 'confirmed' | 'unconfirmed';
   /** Largest request body accepted. @default 65536 */
   bodyLimit?: number;
   /** Longest a client may take to send a whole request (ms). @default 10000 */
@@ -368,6 +373,7 @@ export function buildHttpApp(deps: HttpDeps) {
     inFlight: cache.inFlight,
     catalogGeneration: deps.datatables.generation,
     catalogListener: deps.datatables.listenerUp,
+    invalidationBus: deps.busState?.() ?? 'none',
   }));
 
   app.get('/healthz', { config: live }, async () => ({ ok: true }));
@@ -379,7 +385,12 @@ export function buildHttpApp(deps: HttpDeps) {
     );
     if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
     const ok = Object.values(checks).every((value) => value === 'ok');
-    return reply.status(ok ? 200 : 503).send({ ok, checks });
+    // Reported, not required: an unconfirmed bus costs a round trip per lookup, never a stale
+    // entry, and the runs are still cached.
+    const bus = deps.busState?.();
+    return reply
+      .status(ok ? 200 : 503)
+      .send(bus === undefined ? { ok, checks } : { ok, checks, invalidations: bus });
   });
 
   app.get('/metrics', { config: live }, async (_request, reply) => {

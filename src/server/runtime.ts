@@ -189,6 +189,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     let store: CacheStore;
     let storeState: (() => Promise<string>) | undefined;
+    let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
     if (config.redisUrl !== null) {
       const redis = openRedis(config);
       redis.on('error', (err: Error) =>
@@ -204,6 +205,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
         });
         cleanup.push(() => twoTier.close());
         store = twoTier;
+        busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
       } else {
         store = new RedisCacheStore(shared);
       }
@@ -311,6 +313,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
             },
           }
         : {}),
+      ...(busState ? { busState } : {}),
     });
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });

@@ -61,7 +61,10 @@ export async function propagationScene(
     databaseUrl: string;
     prefix: string;
     secretKey: string;
-    /** The admin process waits for every server's acknowledgement (as the CLI does). */
+    /**
+     * The admin process waits for every server's acknowledgement (as the CLI does), and the
+     * entitlement writer calls `awaitPropagation()` after its commit.
+     */
     awaitPropagation?: boolean;
   },
 ): Promise<PropagationScene> {
@@ -123,9 +126,15 @@ export async function propagationScene(
         ? a.removeMembership(WS, ALICE, 'group', 'emea')
         : a.addMembership(WS, ALICE, 'group', 'emea'));
     } else if (kind === 'tenant') await a.setTenants(WS, emea, revoke ? [] : ['group:emea']);
-    else if (revoke)
-      await sql.query(`delete from demo.entitlement where email = $1 and region = 'emea'`, [ALICE]);
-    else await sql.query(`insert into demo.entitlement values ($1, 'emea')`, [ALICE]);
+    else {
+      if (revoke)
+        await sql.query(`delete from demo.entitlement where email = $1 and region = 'emea'`, [
+          ALICE,
+        ]);
+      else await sql.query(`insert into demo.entitlement values ($1, 'emea')`, [ALICE]);
+      // The application that wrote the row waits for it, as README tells writers to.
+      if (options.awaitPropagation === true) await admin.awaitPropagation();
+    }
   };
 
   const settle = async (url: string, want: State, deadline: number) => {

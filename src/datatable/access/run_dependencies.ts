@@ -1,5 +1,5 @@
 import type { DatatableRef } from '../../connector/datatable_ref.js';
-import type { FingerprintTracking } from '../../connector/fingerprint.js';
+import type { FingerprintTracking, SettledFingerprint } from '../../connector/fingerprint.js';
 import type { Job } from '../../job.js';
 import { isThenable } from '../../util/thenable.js';
 import type { JobAuthorization } from './authorization.js';
@@ -10,6 +10,7 @@ import {
   holdsDependency,
   refDependency,
 } from './dependency.js';
+import type { RunnableVersion } from './learned_sets.js';
 
 /**
  * What a run's result depends on, and the fingerprint computed over exactly that (SPEC
@@ -23,7 +24,11 @@ import {
  *
  * The key is computed before the run, so the questions are *predicted*: per (workspace,
  * runnable version) this remembers every question its runs have asked (a set that only grows);
- * until a version has run in this process, it predicts every question (the full fingerprint).
+ * until a version has run, it predicts every question (the full fingerprint). With
+ * {@link SharedLearning} (the data tables' `LearnedSets`) the sets are shared by every process
+ * and outlive it: a version this process has not seen is read from there once, and a set that
+ * grew is written there before its run's result is stored, so another process's next run of
+ * it computes the same fingerprint.
  * After a run, its result is stored only if every answer it actually got is still the current
  * answer, and the questions the lookup was keyed on still answer as they did then; it is stored
  * under the fingerprint of the grown set, so the next run finds it. A run that asked something
@@ -36,7 +41,20 @@ import {
  */
 export class RunDependencies {
   readonly #authorizationOf: (job: Job) => JobAuthorization | Promise<JobAuthorization>;
+  /** Learned sets by version; {@link NOT_LEARNED} when the shared store has none (yet). */
   readonly #learned = new Map<string, DependencySet>();
+  readonly #shared: SharedLearning | null;
+  /** Shared-store reads under way, by version: concurrent first runs share one. */
+  readonly #loading = new Map<string, Promise<DependencySet>>();
+  /** Versions held from the shared store, by digest (how announcements name them). */
+  readonly #byDigest = new Map<string, string>();
+  /** Bumped by every announcement: a read that started before one may be stale. */
+  #epoch = 0;
+  /**
+   * The set a lookup read from the shared store was keyed on, when it was not kept in memory:
+   * its run's recording must predict the same set, or its result could never be stored.
+   */
+  readonly #keyedOn = new WeakMap<Job, DependencySet>();
   /** Recordings of the runs executing now, by job object. */
   readonly #recordings = new WeakMap<Job, Recording>();
   /** A child job's nearest recorded ancestor. */
@@ -47,15 +65,90 @@ export class RunDependencies {
 
   constructor(
     authorizationOf: (job: Job) => JobAuthorization | Promise<JobAuthorization>,
-    maxLearned = 100_000,
+    options: { shared?: SharedLearning | null; maxLearned?: number } = {},
   ) {
     this.#authorizationOf = authorizationOf;
-    this.#maxLearned = maxLearned;
+    this.#shared = options.shared ?? null;
+    this.#maxLearned = options.maxLearned ?? 100_000;
   }
 
   /** The fingerprint over what runs of this job's runnable were seen to depend on. */
   fingerprint(job: Job): string | Promise<string> {
-    const set = this.#learned.get(learnedKey(job)) ?? UNKNOWN;
+    const set = this.#known(job);
+    if (!isThenable(set)) return this.#fingerprintOver(job, set);
+    return set.then((s) => {
+      this.#keyedOn.set(job, s);
+      return this.#fingerprintOver(job, s);
+    });
+  }
+
+  /**
+   * A version's set changed in the shared store (its announcement): drop this process's copy,
+   * so its next run reads the row again.
+   */
+  forget(digest: string, size: number): void {
+    const key = this.#byDigest.get(digest);
+    const held = key === undefined ? undefined : this.#learned.get(key);
+    // Our own save's echo (or one we already read): sets only grow, so equal size is the same set.
+    if (held !== undefined && held !== NOT_LEARNED && sizeOf(held) === size) return;
+    this.#epoch++;
+    if (key === undefined) return;
+    this.#byDigest.delete(digest);
+    this.#learned.delete(key);
+  }
+
+  /** Announcements may have been missed (the listener was down): read every version again. */
+  forgetAll(): void {
+    this.#epoch++;
+    this.#byDigest.clear();
+    this.#learned.clear();
+  }
+
+  /** The set this job's lookup is keyed on: in memory, else read once from the shared store. */
+  #known(job: Job): DependencySet | Promise<DependencySet> {
+    const key = learnedKey(job);
+    const held = this.#learned.get(key);
+    if (held !== undefined) return held;
+    const shared = this.#shared;
+    if (shared === null) return UNKNOWN;
+    let loading = this.#loading.get(key);
+    if (loading === undefined) {
+      const epoch = this.#epoch;
+      const version = versionOf(job);
+      loading = shared.load(version).then(
+        (found) => {
+          this.#loading.delete(key);
+          // Kept only if no announcement came meanwhile, and an absence only while announcements
+          // are heard (else a set learned elsewhere later would never be read here).
+          if (epoch === this.#epoch && (found !== null || shared.hearsAnnouncements())) {
+            this.#remember(key, found ?? NOT_LEARNED, shared.digest(version));
+          }
+          return found ?? UNKNOWN;
+        },
+        () => {
+          // The store failed: the full fingerprint, which needs nothing from it; remembered, so
+          // a failing store (an unmigrated catalog) costs no query per lookup — this process
+          // then learns on its own, as before sets were shared.
+          this.#loading.delete(key);
+          if (epoch === this.#epoch) this.#remember(key, NOT_LEARNED, null);
+          return UNKNOWN;
+        },
+      );
+      this.#loading.set(key, loading);
+    }
+    return loading;
+  }
+
+  #remember(key: string, set: DependencySet, digest: string | null): void {
+    if (this.#learned.size >= this.#maxLearned) {
+      this.#learned.clear();
+      this.#byDigest.clear();
+    }
+    this.#learned.set(key, set);
+    if (digest !== null) this.#byDigest.set(digest, key);
+  }
+
+  #fingerprintOver(job: Job, set: DependencySet): string | Promise<string> {
     const authorization = this.#authorizationOf(job);
     if (isThenable(authorization)) {
       return authorization.then((a) => {
@@ -81,8 +174,9 @@ export class RunDependencies {
       existing.active++;
       return this.#tracking(job, existing);
     }
+    const held = this.#keyedOn.get(job) ?? this.#learned.get(learnedKey(job));
     const recording = new Recording(
-      this.#learned.get(learnedKey(job)) ?? UNKNOWN,
+      held === undefined || held === NOT_LEARNED ? UNKNOWN : held,
       this.#linked ? this.#parentOf.get(job) : undefined,
     );
     this.#recordings.set(job, recording);
@@ -148,30 +242,69 @@ export class RunDependencies {
     predicted: DependencySet,
     fingerprint: string | null,
     now: JobAuthorization,
-  ): string | readonly string[] | undefined {
+  ): SettledFingerprint | Promise<SettledFingerprint> {
     if (now.fingerprintOver(predicted) !== fingerprint) return undefined;
     for (const [dependency, answer] of recording.answers) {
       if (now.answer(dependency) !== answer) return undefined;
     }
     const key = learnedKey(job);
+    const entry = this.#learned.get(key);
+    const learned = entry !== undefined && entry !== NOT_LEARNED;
+    const held = learned ? entry : NOTHING;
     const grown = recording.everything
       ? EVERYTHING
-      : union(
-          this.#learned.get(key) ?? NOTHING,
-          predicted === UNKNOWN ? NOTHING : predicted,
-          recording.answers.keys(),
-        );
-    if (grown !== predicted) {
-      if (this.#learned.size >= this.#maxLearned) this.#learned.clear();
-      this.#learned.set(key, grown);
+      : union(held, predicted === UNKNOWN ? NOTHING : predicted, recording.answers.keys());
+    if (learned && grown === held) return this.#storedUnder(now, predicted, grown);
+    const shared = this.#shared;
+    if (shared === null || grown === EVERYTHING) {
+      this.#remember(key, grown, null);
+      return this.#storedUnder(now, predicted, grown);
     }
-    const stored = now.fingerprintOver(grown);
+    // Shared before the result is stored: whoever finds the entry can compute its fingerprint.
+    const version = versionOf(job);
+    return shared.save(version, grown).then(
+      (stored) => {
+        this.#remember(key, stored, shared.digest(version));
+        // Under the stored set (a superset of what the run asked): what every process computes.
+        return this.#storedUnder(now, predicted, stored);
+      },
+      () => {
+        // Not shared: learned here, and also stored under the full fingerprint for the others.
+        this.#remember(key, grown, null);
+        const stored = now.fingerprintOver(grown);
+        const full = now.fingerprintOver(UNKNOWN);
+        return stored === full ? stored : [stored, full];
+      },
+    );
+  }
+
+  #storedUnder(
+    now: JobAuthorization,
+    predicted: DependencySet,
+    set: DependencySet,
+  ): string | readonly string[] {
+    const stored = now.fingerprintOver(set);
     // Keyed on everything (this process had not seen the runnable run yet): stored there too, so
     // other processes that have not either find it.
-    return predicted === UNKNOWN && grown !== EVERYTHING
+    return predicted === UNKNOWN && !set.everything
       ? [stored, now.fingerprintOver(UNKNOWN)]
       : stored;
   }
+}
+
+/**
+ * Where learned sets are shared between processes (`LearnedSets` in learned_sets.ts, with the
+ * announcements heard by the catalog's listener).
+ */
+export interface SharedLearning {
+  /** The stored set, or null when none is stored or it does not verify. */
+  load(version: RunnableVersion): Promise<DependencySet | null>;
+  /** Stores the union with what is stored; resolves to the stored set. */
+  save(version: RunnableVersion, set: DependencySet): Promise<DependencySet>;
+  /** The version's name in announcements. */
+  digest(version: RunnableVersion): string;
+  /** Whether a change to the store would be heard now (so an absence may be remembered). */
+  hearsAnnouncements(): boolean;
 }
 
 const NOTHING: DependencySet = Object.freeze({ everything: false, members: Object.freeze([]) });
@@ -181,6 +314,8 @@ const EVERYTHING: DependencySet = Object.freeze({ everything: true, members: Obj
  * agrees on, so the first run of each process can still hit what another stored.
  */
 const UNKNOWN: DependencySet = Object.freeze({ everything: true, members: Object.freeze([]) });
+/** Held for a version the shared store had no (verifying) set of: keyed like UNKNOWN. */
+const NOT_LEARNED: DependencySet = UNKNOWN;
 
 /** What one executing run asked, and what it was told. */
 class Recording {
@@ -220,6 +355,15 @@ function union(
   const members = new Set([...learned.members, ...predicted.members, ...asked]);
   if (members.size === learned.members.length) return learned;
   return Object.freeze({ everything: false, members: Object.freeze([...members].sort()) });
+}
+
+/** A set's size as announcements carry it: -1 for everything. */
+function sizeOf(set: DependencySet): number {
+  return set.everything ? -1 : set.members.length;
+}
+
+function versionOf(job: Job): RunnableVersion {
+  return { workspace: job.workspace, path: job.runnable.path, hash: job.runnable.hash };
 }
 
 function learnedKey(job: Job): string {

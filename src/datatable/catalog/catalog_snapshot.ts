@@ -36,6 +36,11 @@ export interface CatalogSnapshotOptions {
   heartbeatMs?: number;
   /** A heartbeat not answered within this long declares the listener dead. @default 1000 */
   heartbeatTimeoutMs?: number;
+  /**
+   * More channels the one listener listens on, with what to do with each payload (learned
+   * dependency sets' announcements). @default none
+   */
+  channels?: Readonly<Record<string, (payload: string) => void>>;
 }
 
 /**
@@ -83,8 +88,10 @@ export class CatalogSnapshot {
   /** waitForGeneration callers, answered when the snapshot closes. */
   readonly #closeWaiters = new Set<() => void>();
   readonly #acks: PropagationAcks;
+  readonly #channels: Readonly<Record<string, (payload: string) => void>>;
 
   constructor(options: CatalogSnapshotOptions) {
+    this.#channels = options.channels ?? {};
     this.#pool = options.pool;
     this.#events = options.events;
     this.#listenConfig = options.listenConnection;
@@ -102,6 +109,37 @@ export class CatalogSnapshot {
    */
   watchPropagation(): Promise<PropagationWatch | null> {
     return this.#acks.watch();
+  }
+
+  /**
+   * Resolves once every live process's next run reflects the catalog as of `generation` (by
+   * default: as of now, read from Postgres) — for applications that write governing-table rows
+   * on connections of their own, called after their commit. Asks every listener to acknowledge
+   * it: one holding it acknowledges at once, one behind stops trusting its memory first (so its
+   * next run confirms with Postgres). A listener that does not answer is waited for at most the
+   * staleness bound, after which it has stopped trusting its memory anyway.
+   */
+  async awaitPropagation(
+    generation?: number,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    const watch = await this.#acks.watch();
+    try {
+      const target =
+        generation ??
+        Number(
+          (await this.#pool.query<{ value: string }>(sql.READ_GENERATION)).rows[0]?.value ?? 0,
+        );
+      if (watch === null) {
+        // No listener here: this process reads Postgres on every run; the others are bounded.
+        await new Promise((resolve) => setTimeout(resolve, this.stalenessBoundMs).unref());
+        return { generation: target, acknowledged: 0, missing: 0 };
+      }
+      await this.#pool.query('select pg_notify($1, $2)', [CATALOG_CHANNEL, String(target)]);
+      const [result] = await Promise.all([watch.wait(target), this.waitForGeneration(target)]);
+      return { generation: target, ...result };
+    } finally {
+      watch?.close();
+    }
   }
 
   /** The longest a change can go unnoticed with the listener silently dead (README). */
@@ -358,7 +396,11 @@ export class CatalogSnapshot {
         if (Number.isSafeInteger(announced)) this.#acks.received(message.processId, announced);
         return;
       }
-      if (message.channel !== CATALOG_CHANNEL) return;
+      if (message.channel !== CATALOG_CHANNEL) {
+        if (Object.hasOwn(this.#channels, message.channel))
+          this.#channels[message.channel]?.(message.payload ?? '');
+        return;
+      }
       // Any role may NOTIFY this channel. A generation not newer than ours announces nothing.
       const held = this.#state?.generation;
       if (held !== undefined && Number.isSafeInteger(announced) && announced <= held) {
@@ -380,6 +422,8 @@ export class CatalogSnapshot {
     try {
       await client.connect();
       await queryInTurn(client, `listen ${CATALOG_CHANNEL}`);
+      for (const channel of Object.keys(this.#channels))
+        await queryInTurn(client, `listen ${channel}`);
       await this.#acks.attach(client);
     } catch (err) {
       await endClient(client);

@@ -5,6 +5,8 @@ import { type Migration, runMigrations } from '../pg/migration_runner.js';
 export const CATALOG_SCHEMA = 'viewer_cache';
 /** NOTIFY channel on which every catalog change announces its new generation. */
 export const CATALOG_CHANNEL = 'viewer_cache_catalog';
+/** NOTIFY channel on which a learned dependency set that grew announces itself (its digest). */
+export const LEARNED_CHANNEL = 'viewer_cache_learned';
 /** Advisory lock key that serialises migrations across processes ('vcmigrat' in ASCII). */
 const MIGRATION_LOCK = 0x76636d6967726174n;
 
@@ -140,6 +142,27 @@ const MIGRATIONS: readonly Migration[] = [
        end
        $vc$`,
       'revoke all on function viewer_cache.governing_changed() from public',
+    ],
+  },
+  {
+    version: 6,
+    name: 'learned dependency sets',
+    statements: [
+      // What runs of one runnable version were seen to ask (access/learned_sets.ts), shared by
+      // every process so each computes the same fingerprint from its first request. `mac` is an
+      // HMAC under the deployment's secret over the canonical row: a row that does not verify
+      // (forged, truncated, another deployment's) counts as not learned.
+      `create table viewer_cache.learned_set (
+        workspace text not null,
+        path text not null,
+        hash text not null,
+        everything boolean not null,
+        members text[] not null,
+        mac bytea not null,
+        updated_at timestamptz not null default now(),
+        primary key (workspace, path, hash)
+      )`,
+      'revoke all on viewer_cache.learned_set from public',
     ],
   },
 ];

@@ -45,6 +45,14 @@ export class PasswordDeriver {
     return this.#derive(`set:${login}`, nonce);
   }
 
+  /**
+   * A key of its own for another use of the secret (`label` names the use; never a login's),
+   * so no MAC made with it can ever be a password.
+   */
+  deriveKey(label: string): Buffer {
+    return createHmac('sha256', this.#key).update(`key:${label}`).update('\0').digest();
+  }
+
   #derive(label: string, nonce: Uint8Array): string {
     return createHmac('sha256', this.#key)
       .update(label)

@@ -175,3 +175,30 @@ describe('login connections through PgBouncer (transaction mode)', () => {
     ).rejects.toThrow(/statementTimeout/);
   });
 });
+
+describe('a pooler that does not reset between transactions (issue 24 §3)', () => {
+  it('is refused at start with E_POOLER_UNSAFE naming server_reset_query_always', async () => {
+    const leaky = await startPgBouncer(inject('pgAdminUrl'), { poolSize: 1, resetAlways: false });
+    try {
+      const options = {
+        connection: fx.db.url,
+        secretKey: SECRET_KEY,
+        migrate: false,
+        loginConnection: { host: leaky.host, port: leaky.port },
+        transactionPooler: true,
+        viewerIdentity: false,
+      } as const;
+      const refused = createDatatables(options);
+      await expect(refused).rejects.toMatchObject({ code: 'E_POOLER_UNSAFE' });
+      await expect(refused).rejects.toThrow(/server_reset_query_always = 1/);
+      // The same settings through the resetting pooler start.
+      const started = await createDatatables({
+        ...options,
+        loginConnection: { host: bouncer.host, port: bouncer.port },
+      });
+      await started.close();
+    } finally {
+      await leaky.close();
+    }
+  });
+});

@@ -1,7 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
 import { createExecutor, type Executor } from '../../../src/index.js';
-import { app, type OrdersDb, ordersDb, ROWS, runFor, WS } from '../../helpers/orders_db.js';
+import {
+  app,
+  type OrdersDb,
+  ordersDb,
+  PUBLISHER,
+  ROWS,
+  runFor,
+  WS,
+} from '../../helpers/orders_db.js';
 import { TcpProxy } from '../../helpers/tcp_proxy.js';
 import { waitUntil } from '../../helpers/wait.js';
 
@@ -83,6 +91,40 @@ describe('catalog.awaitPropagation', () => {
       await pending;
       // From the change's return on, the reader's next run sees it.
       expect(await orders()).toEqual(expected);
+    }
+  }, 60_000);
+});
+
+describe('datatables.awaitPropagation (writers of governing tables)', () => {
+  it("rows written on the application's own connection: after the wait, every process's next run sees them", async () => {
+    await fx.sql.query('create table entitlements (email text not null, region text not null)');
+    await writer.admin.addGoverningTable(WS, 'main', 'entitlements', { viewerColumn: 'email' });
+    await waitUntil('both listeners are up', () => reader.listenerUp && writer.listenerUp);
+    const job = () =>
+      run.createJob({ workspace: WS, path: 'orders', runAs: PUBLISHER, origin: app(ALICE) });
+    for (const write of [
+      `insert into entitlements values ('${ALICE}', 'emea')`,
+      `delete from entitlements where email = '${ALICE}'`,
+    ]) {
+      await writer.awaitPropagation();
+      const before = await reader.fingerprint(job());
+      await proxy.setMode('blackhole');
+      // A plain connection, not the library: nobody waits for it but the application.
+      await fx.sql.query(write);
+      let returned = false;
+      const pending = writer.awaitPropagation().then((result) => {
+        returned = true;
+        return result;
+      });
+      // The reader has not heard of the write and still trusts its memory: the old state.
+      expect(await reader.fingerprint(job())).toBe(before);
+      expect(returned, 'returned before the reader acknowledged').toBe(false);
+      await proxy.setMode('forward');
+      const { missing, acknowledged } = await pending;
+      expect({ missing, acknowledged }).toMatchObject({ missing: 0 });
+      expect(acknowledged).toBeGreaterThanOrEqual(1);
+      // From the wait's return on, the reader's next run sees the write.
+      expect(await reader.fingerprint(job())).not.toBe(before);
     }
   }, 60_000);
 });

@@ -919,7 +919,12 @@ describe('metrics and health', () => {
     expect(health.status).toBe(200);
     const ready = await request('GET', '/readyz');
     expect(ready.status).toBe(200);
-    expect(ready.json).toEqual({ ok: true, checks: { postgres: 'ok', redis: 'ok' } });
+    // With two tiers the invalidation bus is reported too (informational).
+    expect(ready.json).toEqual({
+      ok: true,
+      checks: { postgres: 'ok', redis: 'ok' },
+      invalidations: 'confirmed',
+    });
   });
 });
 

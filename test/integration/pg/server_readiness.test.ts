@@ -56,6 +56,24 @@ async function readinessBecomes(url: string, status: number) {
   return last;
 }
 
+/** Polls until /readyz and /api/cache/stats both report the invalidation bus as `state`. */
+async function busBecomes(url: string, state: 'confirmed' | 'unconfirmed') {
+  await waitUntil(
+    `the invalidation bus is ${state}`,
+    async () => {
+      const ready = await httpRequest(url, 'GET', '/readyz');
+      const stats = await httpRequest(url, 'GET', '/api/cache/stats');
+      return (
+        isRecord(ready.json) &&
+        ready.json['invalidations'] === state &&
+        isRecord(stats.json) &&
+        stats.json['invalidationBus'] === state
+      );
+    },
+    20_000,
+  );
+}
+
 describe('/readyz on a 3-master Redis Cluster', () => {
   let cluster: RedisClusterHandle;
 
@@ -64,6 +82,7 @@ describe('/readyz on a 3-master Redis Cluster', () => {
     cleanup.push(() => cluster.stop());
     const url = await serverOn(cluster.nodes.map((n) => `${n.host}:${n.port}`).join(','));
     expect(await readiness(url)).toEqual({ status: 200, redis: 'ok' });
+    await busBecomes(url, 'confirmed');
 
     await cluster.stopNode(0);
     // The surviving masters declare the Cluster failed once the node timeout (2 s) passes.
@@ -96,9 +115,14 @@ describe('/readyz on one Redis', () => {
     const url = await serverOn(via(proxy.port));
     expect(await readiness(url)).toEqual({ status: 200, redis: 'ok' });
 
+    await busBecomes(url, 'confirmed');
+
     await proxy.setMode('refuse');
     expect(await readinessBecomes(url, 503)).toEqual({ status: 503, redis: 'down' });
+    // The invalidation bus's state, in /readyz and in the cache stats (`cache stats`).
+    await busBecomes(url, 'unconfirmed');
     await proxy.setMode('forward');
     expect(await readinessBecomes(url, 200)).toEqual({ status: 200, redis: 'ok' });
+    await busBecomes(url, 'confirmed');
   }, 60_000);
 });
