@@ -281,6 +281,50 @@ export const InvalidationUnsupportedError = defineError(
 );
 export type InvalidationUnsupportedError = InstanceType<typeof InvalidationUnsupportedError>;
 
+/** The job queue (Redis behind BullMQ) could not take the job or tell how it ended. */
+export const QueueUnavailableError = defineError(
+  'E_QUEUE_UNAVAILABLE',
+  'QueueUnavailableError',
+  'the job queue is unavailable: check REDIS_URL and that a worker runs',
+  503,
+);
+export type QueueUnavailableError = InstanceType<typeof QueueUnavailableError>;
+/** No worker finished the job within the server's wait (the server gave up; nothing is cached). */
+export const QueueTimeoutError = defineError(
+  'E_QUEUE_TIMEOUT',
+  'QueueTimeoutError',
+  'no worker finished the job in time: start a worker (`viewer-cache worker`) or raise the wait',
+  504,
+);
+export type QueueTimeoutError = InstanceType<typeof QueueTimeoutError>;
+/**
+ * A worker refused a queue message: its MAC does not verify under the secret key, its job record
+ * does not exist (or belongs to another workspace), or the job already ended (a replay).
+ */
+export const QueueJobRefusedError = defineError(
+  'E_QUEUE_JOB_REFUSED',
+  'QueueJobRefusedError',
+  'the worker refused the job: forged, replayed or unknown (check VIEWER_CACHE_SECRET_KEY is the same on servers and workers)',
+  502,
+);
+export type QueueJobRefusedError = InstanceType<typeof QueueJobRefusedError>;
+/** The worker running the job died (or stalled) and the one retry was used up. */
+export const QueueWorkerLostError = defineError(
+  'E_QUEUE_WORKER_LOST',
+  'QueueWorkerLostError',
+  'the worker running the job was lost; the job was not finished',
+  503,
+);
+export type QueueWorkerLostError = InstanceType<typeof QueueWorkerLostError>;
+/** A worker's answer did not open under this run's key (forged, or another job's result). */
+export const QueueResultInvalidError = defineError(
+  'E_QUEUE_RESULT_INVALID',
+  'QueueResultInvalidError',
+  "the worker's answer does not belong to this run and was refused",
+  502,
+);
+export type QueueResultInvalidError = InstanceType<typeof QueueResultInvalidError>;
+
 /** Every error class, by code. */
 export const errors = {
   E_ARGS_NOT_JSON: ArgsNotJsonError,
@@ -310,6 +354,11 @@ export const errors = {
   E_EMBED_EXPIRED: EmbedExpiredError,
   E_EMBED_AUDIENCE: EmbedAudienceError,
   E_EMBED_REVOKED: EmbedRevokedError,
+  E_QUEUE_UNAVAILABLE: QueueUnavailableError,
+  E_QUEUE_TIMEOUT: QueueTimeoutError,
+  E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
+  E_QUEUE_WORKER_LOST: QueueWorkerLostError,
+  E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

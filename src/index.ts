@@ -77,6 +77,11 @@ export {
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  QueueJobRefusedError,
+  QueueResultInvalidError,
+  QueueTimeoutError,
+  QueueUnavailableError,
+  QueueWorkerLostError,
   RoleNotPermittedError,
   RoleRequiredError,
   RoleResolutionFailedError,
@@ -123,6 +128,25 @@ export {
 export type { JobResult } from './job_result.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
+export { migrateQueue, QUEUE_SCHEMA } from './queue/job_records.js';
+export type {
+  QueueExecutor,
+  QueueRedis,
+  RawQueueExecutorOptions,
+} from './queue/queue_executor.js';
+export { createQueueExecutor } from './queue/queue_executor.js';
+export { QUEUE_DEFAULTS } from './queue/queue_names.js';
+export type {
+  QueueJobOutcome,
+  QueueWorker,
+  RawQueueWorkerOptions,
+} from './queue/queue_worker.js';
+export { createQueueWorker } from './queue/queue_worker.js';
+export type {
+  RawSharedJobTokensOptions,
+  SharedJobTokenGrant,
+} from './queue/shared_job_tokens.js';
+export { SharedJobTokens } from './queue/shared_job_tokens.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

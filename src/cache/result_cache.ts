@@ -250,7 +250,16 @@ class ResultCache implements CachedExecutor {
     let settled = false;
     try {
       // Errors and refusals propagate to every caller of this flight and are never stored.
-      const result = await this.#inner.run(job, run.passDown);
+      const result = await this.#inner.run(job, { ...run.passDown, flight: run.key });
+      if (result.stored === true && !skipStore) {
+        // A worker wrote it under its own fingerprint check; still tell joiners whether the
+        // fingerprint moved meanwhile, as for a result computed here.
+        const computed = ComputedResult.withJson(job.id, result.value, result.json(), true);
+        if (this.#fingerprint === null) return computed;
+        settled = true;
+        if ((await this.#fingerprintNow(run, tracking)) === undefined) this.#moved.add(computed);
+        return computed;
+      }
       let json: Uint8Array;
       try {
         json = result.json();
