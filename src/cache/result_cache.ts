@@ -252,12 +252,18 @@ class ResultCache implements CachedExecutor {
       // Errors and refusals propagate to every caller of this flight and are never stored.
       const result = await this.#inner.run(job, { ...run.passDown, flight: run.key });
       if (result.stored === true && !skipStore) {
-        // A worker wrote it under its own fingerprint check; still tell joiners whether the
-        // fingerprint moved meanwhile, as for a result computed here.
+        // A worker wrote it under its own fingerprint check. Nothing ran here, so nothing is
+        // learned from it (tracking would learn "depends on nothing"); joiners are still told
+        // whether the fingerprint moved meanwhile, as for a result computed here.
         const computed = ComputedResult.withJson(job.id, result.value, result.json(), true);
         if (this.#fingerprint === null) return computed;
-        settled = true;
-        if ((await this.#fingerprintNow(run, tracking)) === undefined) this.#moved.add(computed);
+        let now: string | null | undefined;
+        try {
+          now = await this.#fingerprint(job);
+        } catch {
+          now = undefined;
+        }
+        if (now !== run.fingerprint) this.#moved.add(computed);
         return computed;
       }
       let json: Uint8Array;

@@ -22,6 +22,9 @@ import {
 } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
 
+/** Longest an enqueue may take before the run fails with E_QUEUE_UNAVAILABLE. */
+const ADD_TIMEOUT_MS = 2000;
+
 /** A Redis client the queue may duplicate (ioredis `Redis` or `Cluster`). */
 export interface QueueRedis {
   duplicate(): unknown;
@@ -146,16 +149,25 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       // Subscribed before adding: a job that finishes at once is not missed.
       const answer = waitFor(queueId);
       answer.catch(() => {});
+      let late: NodeJS.Timeout | undefined;
       try {
-        await queue.add('run', message, {
-          jobId: queueId,
-          removeOnComplete: true,
-          removeOnFail: true,
-          stackTraceLimit: 0,
-          attempts: 1,
-        });
+        // BullMQ's connection queues commands while Redis is away: a run fails fast instead.
+        await Promise.race([
+          queue.add('run', message, {
+            jobId: queueId,
+            removeOnComplete: true,
+            removeOnFail: true,
+            stackTraceLimit: 0,
+            attempts: 1,
+          }),
+          new Promise((_, reject) => {
+            late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+          }),
+        ]);
       } catch (err) {
         throw new QueueUnavailableError(undefined, { cause: err });
+      } finally {
+        clearTimeout(late);
       }
       const sealed = await answer;
       const json = keys.openResult(queueId, sealed);

@@ -28,7 +28,10 @@ export interface RawQueueWorkerOptions {
   /**
    * What runs the jobs: the in-process executor with the apps, under `withResultCache` with the
    * same store, fingerprint and seal as the servers (so it looks up, checks the fingerprint and
-   * writes the sealed entry exactly as a server in process does).
+   * writes the sealed entry exactly as a server in process does). Give it the fingerprint
+   * *untracked* — `fingerprint: (job) => datatables.fingerprint(job)` — so it stores under the
+   * full fingerprint the servers look up (a server in queue mode runs nothing, so it never learns
+   * a runnable's narrower dependencies).
    */
   executor: JobExecutor;
   /** The database holding the queue's schema (the job records). */

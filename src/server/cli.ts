@@ -19,6 +19,7 @@ import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
 import { createServerLogger, openRedis, startServer } from './runtime.js';
 import { printWelcome } from './welcome.js';
+import { startWorker } from './worker.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
@@ -50,30 +51,75 @@ export function buildCli(): Command {
       '--demo',
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
-    .action(async (options: { port?: string; host?: string; demo?: boolean }) => {
-      const config = readConfig({
-        ...process.env,
-        ...(options.port ? { PORT: options.port } : {}),
-        ...(options.host ? { HOST: options.host } : {}),
-        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-      });
+    .option(
+      '--execution <where>',
+      'in-process, or queue: misses run on `viewer-cache worker` processes ($VIEWER_CACHE_EXECUTION)',
+    )
+    .action(
+      async (options: { port?: string; host?: string; demo?: boolean; execution?: string }) => {
+        const config = readConfig({
+          ...process.env,
+          ...(options.port ? { PORT: options.port } : {}),
+          ...(options.host ? { HOST: options.host } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+          ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+        });
+        const logger = createServerLogger(config);
+        const server = await startServer(config, logger);
+        printWelcome(
+          process.stdout,
+          server.url,
+          server.demoTokens,
+          program.opts<GlobalOptions>().json === true,
+        );
+        await new Promise<void>((resolve) => {
+          const stop = (signal: string) => {
+            logger.info({ signal }, 'shutting down');
+            server.close().then(resolve, resolve);
+          };
+          process.once('SIGINT', () => stop('SIGINT'));
+          process.once('SIGTERM', () => stop('SIGTERM'));
+        });
+        // Log lines are written asynchronously: write what is left before the process exits.
+        await new Promise<void>((resolve) => logger.flush(() => resolve()));
+      },
+    );
+
+  program
+    .command('worker')
+    .description(
+      'run queue jobs (VIEWER_CACHE_EXECUTION=queue servers): needs DATABASE_URL, REDIS_URL and VIEWER_CACHE_SECRET_KEY',
+    )
+    .option('--demo', "run the demo's apps (the default until --apps is given)")
+    .option('--concurrency <n>', 'jobs run at once', '1')
+    .option('--port <port>', 'serve /healthz and /metrics on this port (default: none)')
+    .action(async (options: { demo?: boolean; concurrency: string; port?: string }) => {
+      const config = readConfig(process.env);
+      const concurrency = Number(options.concurrency);
+      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
+        throw new TypeError('--concurrency must be an integer from 1 to 1000');
+      const port = options.port === undefined ? undefined : Number(options.port);
+      if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
+        throw new TypeError('--port must be a port number');
+      const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
       const logger = createServerLogger(config);
-      const server = await startServer(config, logger);
-      printWelcome(
-        process.stdout,
-        server.url,
-        server.demoTokens,
-        program.opts<GlobalOptions>().json === true,
+      const running = await startWorker(config, logger, {
+        concurrency,
+        ...(port === undefined ? {} : { port }),
+        ...(lock ? { lockMs: Number(lock) } : {}),
+      });
+      process.stdout.write(
+        `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
       );
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
-          logger.info({ signal }, 'shutting down');
-          server.close().then(resolve, resolve);
+          // Graceful: no new jobs, the running ones finish (a second signal does not wait).
+          logger.info({ signal, running: running.worker.running }, 'worker stopping');
+          running.close().then(resolve, resolve);
         };
         process.once('SIGINT', () => stop('SIGINT'));
         process.once('SIGTERM', () => stop('SIGTERM'));
       });
-      // Log lines are written asynchronously: write what is left before the process exits.
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     });
 

@@ -50,6 +50,14 @@ export interface ServerConfig {
   readonly scheduleEveryMs: number;
   /** How long a per-recipient delivery is kept in the outbox (ms). */
   readonly outboxRetentionMs: number;
+  /** Where misses run: in this process, or on queue workers (`viewer-cache worker`). */
+  readonly execution: 'in-process' | 'queue';
+  /** With the queue: longest a server waits for a worker to finish a job (ms). */
+  readonly queueWaitMs: number;
+  /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
+  readonly queuePrefix: string;
+  /** The server's URL as workers reach it (their runnables' job-token child runs). */
+  readonly serverUrl: string | null;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -119,7 +127,35 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1000,
       10 * 365 * 86_400_000,
     ),
+    execution: execution(env['VIEWER_CACHE_EXECUTION']),
+    queueWaitMs: integer(
+      env['VIEWER_CACHE_QUEUE_WAIT_MS'] ?? '60000',
+      'VIEWER_CACHE_QUEUE_WAIT_MS',
+      100,
+      3_600_000,
+    ),
+    queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),
+    serverUrl: env['VIEWER_CACHE_SERVER_URL'] || null,
   };
+}
+
+function queuePrefix(raw: string | undefined): string {
+  if (raw === undefined || raw === '') return '{viewer-cache}';
+  // BullMQ's scripts touch several keys of a queue at once: on a Cluster they must share a slot.
+  if (!/^\{[A-Za-z0-9_.:-]{1,64}\}$/.test(raw)) {
+    throw new TypeError(
+      `VIEWER_CACHE_QUEUE_PREFIX must be a hash tag like {viewer-cache} (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return raw;
+}
+
+function execution(raw: string | undefined): ServerConfig['execution'] {
+  if (raw === undefined || raw === '' || raw === 'in-process') return 'in-process';
+  if (raw === 'queue') return 'queue';
+  throw new TypeError(
+    `VIEWER_CACHE_EXECUTION must be in-process or queue (got ${JSON.stringify(raw)})`,
+  );
 }
 
 /** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */

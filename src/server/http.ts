@@ -33,7 +33,7 @@ import {
   workspaceParams,
 } from './http_schemas.js';
 import type { ScheduleStatus } from './scheduler.js';
-import type { ApiTokens, JobTokens, TokenIdentity } from './tokens.js';
+import type { ApiTokens, JobTokenGrant, JobTokens, TokenIdentity } from './tokens.js';
 
 export interface HttpDeps {
   logger: Logger;
@@ -47,7 +47,10 @@ export interface HttpDeps {
   /** What `GET /api/w/:workspace/schedules` reports. */
   schedules(): ScheduleStatus[];
   apiTokens: ApiTokens;
-  jobTokens: JobTokens;
+  /** Job tokens: this process's own, and (jobs on workers) the shared ones. */
+  jobTokens: Pick<JobTokens, 'verify'> | { verify(token: string): Promise<JobTokenGrant | null> };
+  /** With jobs on workers: workers whose heartbeat is fresh, reported by `/readyz`. */
+  liveWorkers?: () => Promise<number>;
   /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
   embedVerifier?: EmbedVerifier;
   metrics: {
@@ -307,7 +310,7 @@ export function buildHttpApp(deps: HttpDeps) {
     async (request, reply) => {
       const { workspace } = request.params;
       const token = bearer(request);
-      const grant = token === null ? null : jobTokens.verify(token);
+      const grant = token === null ? null : await jobTokens.verify(token);
       if (grant === null)
         throw new HttpError(401, 'E_UNAUTHENTICATED', 'a live job token is required');
       if (grant.workspace !== workspace)
@@ -366,8 +369,16 @@ export function buildHttpApp(deps: HttpDeps) {
       () => (checks['postgres'] = 'down'),
     );
     if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
+    let workers: number | undefined;
+    if (deps.liveWorkers) {
+      // Jobs on workers: misses wait for one, so none alive is not ready.
+      workers = await deps.liveWorkers().catch(() => 0);
+      checks['workers'] = workers > 0 ? 'ok' : 'none';
+    }
     const ok = Object.values(checks).every((value) => value === 'ok');
-    return reply.status(ok ? 200 : 503).send({ ok, checks });
+    return reply
+      .status(ok ? 200 : 503)
+      .send(workers === undefined ? { ok, checks } : { ok, checks, workers });
   });
 
   app.get('/metrics', { config: live }, async (_request, reply) => {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import type { Datatables } from '../../src/datatable/datatables.js';
 import {
@@ -38,7 +38,7 @@ export class QueueDeployment {
   readonly prefix = queuePrefix();
   readonly cachePrefix = `vc-test:${this.prefix}:`;
   readonly outcomes: QueueJobOutcome[] = [];
-  readonly redis: Redis;
+  readonly redis: Redis | Cluster;
   readonly pool: pg.Pool;
   readonly #closers: (() => Promise<unknown>)[] = [];
 
@@ -47,8 +47,10 @@ export class QueueDeployment {
     databaseUrl: string,
     readonly datatables: Datatables,
     readonly runnables: Record<string, RunnableDefinition>,
+    /** A Redis Cluster instead of `redisUrl` (a client the caller closes). */
+    readonly cluster?: Cluster,
   ) {
-    this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.redis = cluster ?? new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.redis.on('error', () => {});
     this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
     this.pool.on('error', () => {});
@@ -59,7 +61,10 @@ export class QueueDeployment {
   }
 
   store(): RedisCacheStore {
-    const store = new RedisCacheStore({ redis: this.redisUrl, prefix: this.cachePrefix });
+    const store = new RedisCacheStore({
+      redis: this.cluster ?? this.redisUrl,
+      prefix: this.cachePrefix,
+    });
     this.#closers.push(() => store.close());
     return store;
   }
@@ -94,7 +99,8 @@ export class QueueDeployment {
     });
     const cached = withResultCache(executor, {
       store: this.store(),
-      fingerprint: this.datatables.fingerprint,
+      // Untracked, as the worker command does (see src/server/worker.ts).
+      fingerprint: (job) => this.datatables.fingerprint(job),
       seal: { secretKey: SECRET_KEY },
     });
     const worker = createQueueWorker({
@@ -115,13 +121,16 @@ export class QueueDeployment {
   /** Every key of the queue and the cache, with its value as text (whatever its type). */
   async dump(): Promise<Map<string, string>> {
     const out = new Map<string, string>();
-    for (const match of [`${this.prefix}*`, `${this.cachePrefix}*`]) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await this.redis.scan(cursor, 'MATCH', match, 'COUNT', 1000);
-        cursor = next;
-        for (const key of keys) out.set(key, await this.#value(key));
-      } while (cursor !== '0');
+    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis];
+    for (const node of nodes) {
+      for (const match of [`${this.prefix}*`, `${this.cachePrefix}*`]) {
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', match, 'COUNT', 1000);
+          cursor = next;
+          for (const key of keys) out.set(key, await this.#value(key));
+        } while (cursor !== '0');
+      }
     }
     return out;
   }
@@ -151,7 +160,7 @@ export class QueueDeployment {
     for (const close of this.#closers.reverse()) await close().catch(() => {});
     const keys = [...(await this.dump().catch(() => new Map<string, string>())).keys()];
     for (const key of keys) await this.redis.del(key).catch(() => {});
-    this.redis.disconnect();
+    if (this.cluster === undefined) this.redis.disconnect();
     await this.pool.end();
   }
 }
