@@ -120,6 +120,23 @@ describe('a miss runs on a worker, as the viewer the server recorded', () => {
   });
 });
 
+describe('a scoped credential on the queue', () => {
+  it("a run scoped to one of carol's roles sees only that role's rows, on a worker", async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    const oid = new Map((await fx.datatables.admin.listRoles(WS)).map((r) => [r.name, r.oid]));
+    const job = server.registry.createJob({
+      workspace: WS,
+      path: 'uncached',
+      runAs: PUBLISHER,
+      origin: app('carol@example.com'),
+      roleScope: [oid.get(fx.EMEA)!],
+    });
+    const result = await server.cached.run(job);
+    expect(result.value).toEqual(ROWS['emea']);
+  });
+});
+
 describe('single flight across servers, scoped to the full key', () => {
   it("two servers' identical misses are one job; two viewers' identical misses are two", async () => {
     const one = await deploy.server();
