@@ -324,6 +324,30 @@ export const QueueResultInvalidError = defineError(
   502,
 );
 export type QueueResultInvalidError = InstanceType<typeof QueueResultInvalidError>;
+/** `serve --apps PATH` (`VIEWER_CACHE_APPS`) names no file. */
+export const AppsModuleNotFoundError = defineError(
+  'E_APPS_MODULE_NOT_FOUND',
+  'AppsModuleNotFoundError',
+  'the apps module was not found: check the path given to --apps (VIEWER_CACHE_APPS)',
+  500,
+);
+export type AppsModuleNotFoundError = InstanceType<typeof AppsModuleNotFoundError>;
+/** The apps module could not be imported (it threw, or Node cannot load its file type). */
+export const AppsModuleLoadFailedError = defineError(
+  'E_APPS_MODULE_LOAD_FAILED',
+  'AppsModuleLoadFailedError',
+  'the apps module could not be imported',
+  500,
+);
+export type AppsModuleLoadFailedError = InstanceType<typeof AppsModuleLoadFailedError>;
+/** The apps module's default export is not `{ runnables, apps, hooks?, schedules? }`. */
+export const AppsModuleInvalidError = defineError(
+  'E_APPS_MODULE_INVALID',
+  'AppsModuleInvalidError',
+  'the apps module must default-export { runnables, apps, hooks?, schedules? } (defineApps)',
+  500,
+);
+export type AppsModuleInvalidError = InstanceType<typeof AppsModuleInvalidError>;
 
 /** Every error class, by code. */
 export const errors = {
@@ -359,6 +383,9 @@ export const errors = {
   E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
   E_QUEUE_WORKER_LOST: QueueWorkerLostError,
   E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
+  E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
+  E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,
+  E_APPS_MODULE_INVALID: AppsModuleInvalidError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

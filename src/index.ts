@@ -56,6 +56,9 @@ export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js
 export type { EmbedViewer } from './embed_viewer.js';
 export type { ErrorCode } from './errors.js';
 export {
+  AppsModuleInvalidError,
+  AppsModuleLoadFailedError,
+  AppsModuleNotFoundError,
   ArgsNotJsonError,
   CatalogError,
   ConnectFailedError,

@@ -52,13 +52,24 @@ export function buildCli(): Command {
       'seed the demo workspace (default: only on the embedded PostgreSQL; $VIEWER_CACHE_DEMO)',
     )
     .option(
+      '--apps <path>',
+      'serve the apps module at PATH (default export { runnables, apps, hooks?, schedules? }; $VIEWER_CACHE_APPS)',
+    )
+    .option(
       '--execution <where>',
       'in-process, or queue: misses run on `viewer-cache worker` processes ($VIEWER_CACHE_EXECUTION)',
     )
     .action(
-      async (options: { port?: string; host?: string; demo?: boolean; execution?: string }) => {
+      async (options: {
+        port?: string;
+        host?: string;
+        demo?: boolean;
+        apps?: string;
+        execution?: string;
+      }) => {
         const config = readConfig({
           ...process.env,
+          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
           ...(options.port ? { PORT: options.port } : {}),
           ...(options.host ? { HOST: options.host } : {}),
           ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
@@ -90,38 +101,48 @@ export function buildCli(): Command {
     .description(
       'run queue jobs (VIEWER_CACHE_EXECUTION=queue servers): needs DATABASE_URL, REDIS_URL and VIEWER_CACHE_SECRET_KEY',
     )
-    .option('--demo', "run the demo's apps (the default until --apps is given)")
+    .option('--apps <path>', 'run the apps module at PATH, as the servers do ($VIEWER_CACHE_APPS)')
+    .option(
+      '--demo',
+      "run the demo's apps ($VIEWER_CACHE_DEMO; one of --apps and --demo is needed)",
+    )
     .option('--concurrency <n>', 'jobs run at once', '1')
     .option('--port <port>', 'serve /healthz and /metrics on this port (default: none)')
-    .action(async (options: { demo?: boolean; concurrency: string; port?: string }) => {
-      const config = readConfig(process.env);
-      const concurrency = Number(options.concurrency);
-      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
-        throw new TypeError('--concurrency must be an integer from 1 to 1000');
-      const port = options.port === undefined ? undefined : Number(options.port);
-      if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
-        throw new TypeError('--port must be a port number');
-      const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
-      const logger = createServerLogger(config);
-      const running = await startWorker(config, logger, {
-        concurrency,
-        ...(port === undefined ? {} : { port }),
-        ...(lock ? { lockMs: Number(lock) } : {}),
-      });
-      process.stdout.write(
-        `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
-      );
-      await new Promise<void>((resolve) => {
-        const stop = (signal: string) => {
-          // Graceful: no new jobs, the running ones finish (a second signal does not wait).
-          logger.info({ signal, running: running.worker.running }, 'worker stopping');
-          running.close().then(resolve, resolve);
-        };
-        process.once('SIGINT', () => stop('SIGINT'));
-        process.once('SIGTERM', () => stop('SIGTERM'));
-      });
-      await new Promise<void>((resolve) => logger.flush(() => resolve()));
-    });
+    .action(
+      async (options: { apps?: string; demo?: boolean; concurrency: string; port?: string }) => {
+        const config = readConfig({
+          ...process.env,
+          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+        });
+        const concurrency = Number(options.concurrency);
+        if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
+          throw new TypeError('--concurrency must be an integer from 1 to 1000');
+        const port = options.port === undefined ? undefined : Number(options.port);
+        if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
+          throw new TypeError('--port must be a port number');
+        const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
+        const logger = createServerLogger(config);
+        const running = await startWorker(config, logger, {
+          concurrency,
+          ...(port === undefined ? {} : { port }),
+          ...(lock ? { lockMs: Number(lock) } : {}),
+        });
+        process.stdout.write(
+          `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
+        );
+        await new Promise<void>((resolve) => {
+          const stop = (signal: string) => {
+            // Graceful: no new jobs, the running ones finish (a second signal does not wait).
+            logger.info({ signal, running: running.worker.running }, 'worker stopping');
+            running.close().then(resolve, resolve);
+          };
+          process.once('SIGINT', () => stop('SIGINT'));
+          process.once('SIGTERM', () => stop('SIGTERM'));
+        });
+        await new Promise<void>((resolve) => logger.flush(() => resolve()));
+      },
+    );
 
   program
     .command('migrate')

@@ -38,6 +38,11 @@ export interface ServerConfig {
    * default on the embedded PostgreSQL only; never into a database you named unless asked.
    */
   readonly seedDemo: boolean;
+  /**
+   * The apps module the server serves (`serve --apps PATH`, VIEWER_CACHE_APPS), as an absolute
+   * path; null = the demo's apps when the demo is seeded, else none.
+   */
+  readonly appsPath: string | null;
   /** Prefix of the demo's role names (roles are cluster-wide: lets several demos share one). */
   readonly demoRolePrefix: string;
   /** Longest a client may take to send a whole request, headers and body (ms). */
@@ -95,7 +100,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     prettyLogs:
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
-    seedDemo: flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO') ?? !env['DATABASE_URL'],
+    seedDemo: seedDemo(env),
+    appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
     demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
     requestTimeoutMs: integer(
       env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
@@ -156,6 +162,20 @@ function execution(raw: string | undefined): ServerConfig['execution'] {
   throw new TypeError(
     `VIEWER_CACHE_EXECUTION must be in-process or queue (got ${JSON.stringify(raw)})`,
   );
+}
+
+/**
+ * The demo is seeded when asked, or by default on the embedded PostgreSQL when no apps module is
+ * given. Your apps and the demo's are not served together: asking for both is refused.
+ */
+function seedDemo(env: NodeJS.ProcessEnv): boolean {
+  const asked = flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO');
+  if (asked === true && env['VIEWER_CACHE_APPS']) {
+    throw new TypeError(
+      'VIEWER_CACHE_APPS (--apps) and VIEWER_CACHE_DEMO (--demo) exclude each other: the server serves your apps or the demo',
+    );
+  }
+  return asked ?? (!env['DATABASE_URL'] && !env['VIEWER_CACHE_APPS']);
 }
 
 /** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */

@@ -7,28 +7,13 @@ import {
   type RunnableDefinition,
   ViewerCacheError,
 } from '../index.js';
-import type { AppDefinition } from './apps.js';
-import { CLINIC_USERS, clinicsWorld, seedClinics } from './demo_clinics.js';
-import type { ScheduleDefinition } from './scheduler.js';
+import { type AppsContext, defineApps } from './apps.js';
+import { CLINIC_USERS, seedClinics } from './demo_clinics.js';
+import { DEMO_PUBLISHER, DEMO_USERS, DEMO_WORKSPACE } from './demo_users.js';
 import type { ApiTokens } from './tokens.js';
 import { demoToken } from './tokens.js';
 
-export const DEMO_WORKSPACE = 'demo';
-export const DEMO_PUBLISHER = 'publisher@example.com';
-export const DEMO_USERS = {
-  'alice@example.com': ['emea'],
-  'bob@example.com': ['amer'],
-  'carol@example.com': ['emea', 'amer'],
-  'dave@example.com': [],
-} as const;
-
-export interface DemoWorld {
-  readonly runnables: Record<string, RunnableDefinition>;
-  readonly apps: Record<string, AppDefinition>;
-  /** Webhook name → runnable path. */
-  readonly hooks: Record<string, string>;
-  readonly schedules: readonly ScheduleDefinition[];
-}
+export { DEMO_PUBLISHER, DEMO_USERS, DEMO_WORKSPACE } from './demo_users.js';
 
 interface OrderRow {
   id: number;
@@ -41,15 +26,12 @@ const LIST_ORDERS =
   'select id, region, customer, amount::float8 as amount from demo.orders order by id';
 
 /**
- * The demo workspace's runnables: each reads `demo.orders` as the viewer. `childRunUrl` gives
- * the server's job-token route for a workspace (built by the server from validated parts only),
- * for the runnable that starts a child over HTTP with its job token.
+ * The demo's orders world, as an apps module (`loadApps('demo')` serves it with the clinics
+ * module, only when the demo was seeded): each runnable reads `demo.orders` as the viewer.
+ * `childRunUrl` gives the server's job-token route for a workspace (built by the server from
+ * validated parts only), for the runnable that starts a child over HTTP with its job token.
  */
-export function demoWorld(
-  childRunUrl: (workspace: string) => URL,
-  /** Prefix of the demo's role names (tests share a cluster; roles are cluster-wide). */
-  rolePrefix = '',
-): DemoWorld {
+export default defineApps(({ childRunUrl }: AppsContext) => {
   const listAsViewer = async (ctx: RunContext): Promise<OrderRow[]> => {
     const client = await ctx.datatable('main', { as: 'viewer' });
     return (await client.query<OrderRow>(LIST_ORDERS)).rows;
@@ -101,22 +83,17 @@ export function demoWorld(
     },
   };
   const paths = Object.keys(runnables);
-  // The second demo app (demo_clinics.ts): the row-level-security guide's dataset.
-  const clinics = clinicsWorld(rolePrefix, DEMO_PUBLISHER);
   return {
-    runnables: { ...runnables, ...clinics.runnables },
+    workspace: DEMO_WORKSPACE,
+    runnables,
     apps: {
       'orders-dashboard': { publisher: DEMO_PUBLISHER, public: false, runnables: paths },
       'orders-public': { publisher: DEMO_PUBLISHER, public: true, runnables: paths },
-      ...clinics.apps,
     },
     hooks: { 'orders-refresh': 'f/orders/list' },
-    schedules: [
-      { name: 'orders-digest', path: 'f/orders/list', owner: DEMO_PUBLISHER },
-      ...clinics.schedules,
-    ],
+    schedules: [{ name: 'orders-digest', path: 'f/orders/list', owner: DEMO_PUBLISHER }],
   };
-}
+});
 
 /**
  * The error a child run's refusal becomes in its parent, keeping the child's code and status (a

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Datatables, RunnableDefinition } from '../index.js';
-import type { AppDefinition } from './apps.js';
+import { type AppDefinition, type AppsContext, defineApps } from './apps.js';
+import { DEMO_PUBLISHER, DEMO_WORKSPACE } from './demo_users.js';
 
 // The second demo app: the dataset of the row-level-security guide (seeds/textql-row-level-
 // security.md). Patients carry their provider's email and their health system; an entitlements
@@ -104,6 +105,15 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
     ],
   };
 }
+
+/**
+ * The clinics world as an apps module (`loadApps('demo')` serves it with the orders module, only
+ * when the demo was seeded); role names carry `VIEWER_CACHE_DEMO_ROLE_PREFIX`, as seeded.
+ */
+export default defineApps(({ env }: AppsContext) => ({
+  workspace: DEMO_WORKSPACE,
+  ...clinicsWorld(env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '', DEMO_PUBLISHER),
+}));
 
 /**
  * Seeds the clinics data table in the catalog's database (a governing table must live there);

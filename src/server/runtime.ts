@@ -22,8 +22,9 @@ import {
   TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
+import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
-import { DEMO_WORKSPACE, demoWorld, seedDemo } from './demo.js';
+import { DEMO_WORKSPACE, seedDemo } from './demo.js';
 import { EmbedKeys } from './embed_keys.js';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
@@ -120,7 +121,7 @@ export interface RunningServer {
 
 /**
  * Starts the reference server: Postgres (given or embedded), the catalog, the cache store (Redis
- * or in process), the executor with the demo runnables, the scheduler and the HTTP API.
+ * or in process), the executor with the apps module's runnables (or the demo's), the scheduler and the HTTP API.
  */
 export async function startServer(config: ServerConfig, logger: Logger): Promise<RunningServer> {
   const cleanup: (() => Promise<unknown>)[] = [];
@@ -128,6 +129,22 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     for (const step of cleanup.reverse()) await step().catch(() => {});
   };
   try {
+    let baseUrl = '';
+    // The job-token route of a workspace, from parts that were validated here: a runnable's
+    // workspace cannot steer a live job token to another route or host.
+    const childRunUrl = (workspace: string) => {
+      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
+      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
+    };
+    // Your apps module, or the demo's when the demo is seeded: nothing of the demo runs against a
+    // database it did not seed (its schedules would fail there every minute). Loaded first, so a
+    // module that is refused leaves nothing started and nothing written.
+    const appsSource = config.appsPath ?? (config.seedDemo ? DEMO_APPS : null);
+    const world =
+      appsSource === null ? NO_APPS : await loadApps(appsSource, { childRunUrl, env: process.env });
+    if (appsSource === null)
+      logger.warn('no apps to serve: start with --apps PATH (VIEWER_CACHE_APPS), or --demo');
+
     const secretKey = await loadSecretKey(config);
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
@@ -155,14 +172,6 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     const { store, storeState } = openCacheStore(config, logger, cleanup);
 
-    let baseUrl = '';
-    // The job-token route of a workspace, from parts that were validated here: a runnable's
-    // workspace cannot steer a live job token to another route or host.
-    const childRunUrl = (workspace: string) => {
-      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, baseUrl);
-    };
-    const world = demoWorld(childRunUrl, process.env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] ?? '');
     const jobTokens = new JobTokens();
     const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     let executor: Executor = local;
@@ -238,7 +247,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     });
 
     const scheduler = new Scheduler(
-      DEMO_WORKSPACE,
+      world.workspace ?? DEMO_WORKSPACE,
       world.schedules,
       executor,
       cache,

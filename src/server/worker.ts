@@ -12,8 +12,8 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../index.js';
+import { DEMO_APPS, loadApps } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
-import { demoWorld } from './demo.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
 import { loadSecretKey, openCacheStore, openQueueRedis } from './runtime.js';
@@ -90,7 +90,13 @@ export async function startWorker(
         throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
       return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
     };
-    const world = demoWorld(childRunUrl, config.demoRolePrefix);
+    // The same apps as the servers: your module, or the demo's.
+    const appsSource = config.appsPath ?? (config.seedDemo ? DEMO_APPS : null);
+    if (appsSource === null)
+      throw new TypeError(
+        'a worker runs the servers’ apps: give --apps PATH (VIEWER_CACHE_APPS) or --demo',
+      );
+    const world = await loadApps(appsSource, { childRunUrl, env: process.env });
     const jobTokens = new SharedJobTokens({ pool, logger });
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // The same cache as the servers': same store, fingerprint and seal, so the same keys.
