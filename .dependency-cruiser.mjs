@@ -8,6 +8,7 @@
 //   connector/  the seams: datatable:// references, the connector, the fingerprint contract
 //   executor/, datatable/, stores/, embed/  (executor/ and datatable/ never meet but through
 //               connector/) — and cache/ over stores/, never the other way
+//   queue/      jobs on workers (BullMQ): over executor/ and the migration runner, under index.ts
 //   index.ts    the public entry, and server/ above it, through it alone
 // Inside datatable/, rooms in the same spirit, under the front door (datatable/*.ts):
 //   pg/ ← catalog/ ← access/ ← logins/ ← identity/, admin/
@@ -122,6 +123,25 @@ export default {
       to: { path: '^src/datatable/[^/]+\\.ts$' },
     },
     ...roomRules,
+    {
+      name: 'queue-own-room',
+      comment:
+        'queue/ (jobs on workers) builds on the executor, the vocabulary and the migration runner; only index.ts imports it.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: '^src/(queue/|index\\.ts$)' },
+      to: { path: '^src/queue/' },
+    },
+    {
+      name: 'queue-imports',
+      comment:
+        'queue/ reaches the executor through its contract and Postgres through the migration runner: not the cache, stores, embed or the data tables.',
+      severity: 'error',
+      from: { path: '^src/queue/' },
+      to: {
+        path: '^src/(cache|stores|embed|connector|datatable)/',
+        pathNot: '^src/datatable/pg/migration_runner\\.ts$',
+      },
+    },
     {
       name: 'src-not-tests-or-benches',
       comment: 'The library never imports its tests or benchmarks.',

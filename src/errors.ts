@@ -368,6 +368,49 @@ export const SealRequiredError = defineError(
   500,
 );
 export type SealRequiredError = InstanceType<typeof SealRequiredError>;
+/** The job queue (Redis behind BullMQ) could not take the job or tell how it ended. */
+export const QueueUnavailableError = defineError(
+  'E_QUEUE_UNAVAILABLE',
+  'QueueUnavailableError',
+  'the job queue is unavailable: check REDIS_URL and that a worker runs',
+  503,
+);
+export type QueueUnavailableError = InstanceType<typeof QueueUnavailableError>;
+/** No worker finished the job within the server's wait (the server gave up; nothing is cached). */
+export const QueueTimeoutError = defineError(
+  'E_QUEUE_TIMEOUT',
+  'QueueTimeoutError',
+  'no worker finished the job in time: start a worker (`viewer-cache worker`) or raise the wait',
+  504,
+);
+export type QueueTimeoutError = InstanceType<typeof QueueTimeoutError>;
+/**
+ * A worker refused a queue message: its MAC does not verify under the secret key, its job record
+ * does not exist (or belongs to another workspace), or the job already ended (a replay).
+ */
+export const QueueJobRefusedError = defineError(
+  'E_QUEUE_JOB_REFUSED',
+  'QueueJobRefusedError',
+  'the worker refused the job: forged, replayed or unknown (check VIEWER_CACHE_SECRET_KEY is the same on servers and workers)',
+  502,
+);
+export type QueueJobRefusedError = InstanceType<typeof QueueJobRefusedError>;
+/** The worker running the job died (or stalled) and the one retry was used up. */
+export const QueueWorkerLostError = defineError(
+  'E_QUEUE_WORKER_LOST',
+  'QueueWorkerLostError',
+  'the worker running the job was lost; the job was not finished',
+  503,
+);
+export type QueueWorkerLostError = InstanceType<typeof QueueWorkerLostError>;
+/** A worker's answer did not open under this run's key (forged, or another job's result). */
+export const QueueResultInvalidError = defineError(
+  'E_QUEUE_RESULT_INVALID',
+  'QueueResultInvalidError',
+  "the worker's answer does not belong to this run and was refused",
+  502,
+);
+export type QueueResultInvalidError = InstanceType<typeof QueueResultInvalidError>;
 /** `serve --apps PATH` (`VIEWER_CACHE_APPS`) names no file. */
 export const AppsModuleNotFoundError = defineError(
   'E_APPS_MODULE_NOT_FOUND',
@@ -445,6 +488,11 @@ export const errors = {
   E_RESULT_TOO_LARGE: ResultTooLargeError,
   E_QUERY_TIMEOUT: QueryTimeoutError,
   E_SEAL_REQUIRED: SealRequiredError,
+  E_QUEUE_UNAVAILABLE: QueueUnavailableError,
+  E_QUEUE_TIMEOUT: QueueTimeoutError,
+  E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
+  E_QUEUE_WORKER_LOST: QueueWorkerLostError,
+  E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
   E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,
   E_APPS_MODULE_INVALID: AppsModuleInvalidError,

@@ -87,6 +87,11 @@ export {
   PoolerUnsafeError,
   PythonUnavailableError,
   QueryTimeoutError,
+  QueueJobRefusedError,
+  QueueResultInvalidError,
+  QueueTimeoutError,
+  QueueUnavailableError,
+  QueueWorkerLostError,
   ResultTooLargeError,
   RoleNotPermittedError,
   RoleRequiredError,
@@ -155,6 +160,25 @@ export {
   runProxiedQuery,
   runProxiedRoleCheck,
 } from './proxy/query_proxy.js';
+export { migrateQueue, QUEUE_SCHEMA } from './queue/job_records.js';
+export type {
+  QueueExecutor,
+  QueueRedis,
+  RawQueueExecutorOptions,
+} from './queue/queue_executor.js';
+export { createQueueExecutor } from './queue/queue_executor.js';
+export { QUEUE_DEFAULTS } from './queue/queue_names.js';
+export type {
+  QueueJobOutcome,
+  QueueWorker,
+  RawQueueWorkerOptions,
+} from './queue/queue_worker.js';
+export { createQueueWorker } from './queue/queue_worker.js';
+export type {
+  RawSharedJobTokensOptions,
+  SharedJobTokenGrant,
+} from './queue/shared_job_tokens.js';
+export { SharedJobTokens } from './queue/shared_job_tokens.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';

@@ -193,6 +193,12 @@ export interface RunOptions {
    * coalesced like any other run. Defaults to the executor itself.
    */
   readonly dispatcher?: JobExecutor;
+  /**
+   * An opaque name of the run's full cache key (workspace, runnable, args, viewer, fingerprint),
+   * equal for runs that share an entry and never for runs that do not. Set by the result cache on
+   * a miss; an executor that dispatches elsewhere (the job queue) coalesces by it.
+   */
+  readonly flight?: string;
 }
 
 /** Anything that runs jobs: the platform's executor, or one wrapped in a cache. */

@@ -7,6 +7,11 @@ export interface JobResult {
   /** True when served from the cache without executing. */
   readonly fromCache: boolean;
   /**
+   * True when the executor that computed it already wrote it to the run's cache entry (a queue
+   * worker does, after its own fingerprint check): the cache in front does not write it again.
+   */
+  readonly stored?: boolean;
+  /**
    * The result as UTF-8 JSON bytes. On a cache hit these are the stored bytes themselves, so a
    * caller that only forwards JSON never pays a parse or a stringify.
    */
@@ -21,6 +26,7 @@ export class ComputedResult implements JobResult {
   constructor(
     readonly jobId: string,
     readonly value: unknown,
+    readonly stored = false,
   ) {}
 
   json(): Uint8Array {
@@ -32,8 +38,8 @@ export class ComputedResult implements JobResult {
   }
 
   /** Lets the cache hand over bytes it already serialised for storing. */
-  static withJson(jobId: string, value: unknown, json: Uint8Array): ComputedResult {
-    const result = new ComputedResult(jobId, value);
+  static withJson(jobId: string, value: unknown, json: Uint8Array, stored = false): ComputedResult {
+    const result = new ComputedResult(jobId, value, stored);
     result.#json = json;
     return result;
   }

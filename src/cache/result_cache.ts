@@ -283,7 +283,22 @@ class ResultCache implements CachedExecutor {
     let settled = false;
     try {
       // Errors and refusals propagate to every caller of this flight and are never stored.
-      const result = await this.#inner.run(job, run.passDown);
+      const result = await this.#inner.run(job, { ...run.passDown, flight: run.key });
+      if (result.stored === true && !skipStore) {
+        // A worker wrote it under its own fingerprint check. Nothing ran here, so nothing is
+        // learned from it (tracking would learn "depends on nothing"); joiners are still told
+        // whether the fingerprint moved meanwhile, as for a result computed here.
+        const computed = ComputedResult.withJson(job.id, result.value, result.json(), true);
+        if (this.#fingerprint === null) return computed;
+        let now: string | null | undefined;
+        try {
+          now = await this.#fingerprint(job);
+        } catch {
+          now = undefined;
+        }
+        if (now !== run.fingerprint) this.#moved.add(computed);
+        return computed;
+      }
       let json: Uint8Array;
       try {
         json = result.json();

@@ -90,10 +90,14 @@ export interface RawDuckdbOptions {
   load?: () => Promise<DuckdbModule>;
 }
 
-/** Where job tokens come from (a server that accepts them on a child-run route). */
+/**
+ * Where job tokens come from (a server that accepts them on a child-run route). Either side may
+ * be asynchronous (tokens shared through a database): the token is issued before the job's code
+ * runs and revoked before its result is handed back.
+ */
 export interface JobTokenIssuer {
-  issue(job: Job): string;
-  revoke(job: Job): void;
+  issue(job: Job): string | Promise<string>;
+  revoke(job: Job): void | Promise<void>;
 }
 
 /** What a server knows when it starts a run. */
@@ -219,8 +223,9 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       const abort = new AbortController();
       let timer: NodeJS.Timeout | undefined;
       const started = performance.now();
-      const jobToken = options.jobTokens?.issue(job) ?? null;
+      let jobToken: string | null = null;
       try {
+        if (options.jobTokens !== undefined) jobToken = await options.jobTokens.issue(job);
         const work = runDefinition(found, job, {
           jobToken,
           dispatcher,
@@ -270,7 +275,8 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         });
       } finally {
         clearTimeout(timer);
-        if (jobToken !== null) options.jobTokens?.revoke(job);
+        if (jobToken !== null)
+          await Promise.resolve(options.jobTokens?.revoke(job)).catch(() => {});
         // From here on a connection that is still opening is released on arrival (see connect).
         state.ended = true;
         // A timed-out job may still hold a connection mid-query: destroy rather than reuse it.

@@ -20,6 +20,7 @@ import { readConfig } from './config.js';
 import { DEMO_WORKSPACE } from './demo.js';
 import { createServerLogger, exitOnFatal, openRedis, startServer } from './runtime.js';
 import { printWelcome } from './welcome.js';
+import { startWorker } from './worker.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
@@ -66,7 +67,7 @@ export function buildCli(): Command {
     )
     .option(
       '--execution <mode>',
-      'where misses run: process (here) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
+      'where misses run: in-process (here), queue (`viewer-cache worker` processes) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
     )
     .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
     .action(async (options: ServeOptions) => {
@@ -103,21 +104,63 @@ export function buildCli(): Command {
   program
     .command('worker')
     .description(
-      'run jobs for a server: --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)',
+      'run jobs for a server: queue workers need DATABASE_URL, REDIS_URL and VIEWER_CACHE_SECRET_KEY; --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)',
     )
     .option('--agent', 'an agent worker: no DATABASE_URL, REDIS_URL or secret key (refused if set)')
-    .option('--apps <path>', 'run the apps module at PATH (the same module the server serves)')
-    .option('--demo', "run the demo's apps")
-    .option('--concurrency <n>', 'jobs at once (default 1)')
+    .option('--apps <path>', 'run the apps module at PATH, as the servers do ($VIEWER_CACHE_APPS)')
+    .option(
+      '--demo',
+      "run the demo's apps ($VIEWER_CACHE_DEMO; one of --apps and --demo is needed)",
+    )
+    .option('--concurrency <n>', 'jobs run at once', '1')
+    .option(
+      '--port <port>',
+      'queue workers: serve /healthz and /metrics on this port (default: none)',
+    )
     .action(
-      async (options: { agent?: boolean; apps?: string; demo?: boolean; concurrency?: string }) => {
-        if (options.agent !== true) {
-          throw new ViewerCacheError('this build runs agent workers only: pass --agent', {
-            code: 'E_BAD_REQUEST',
-            status: 400,
-          });
+      async (options: {
+        agent?: boolean;
+        apps?: string;
+        demo?: boolean;
+        concurrency: string;
+        port?: string;
+      }) => {
+        if (options.agent === true) {
+          await runAgentWorker(options);
+          return;
         }
-        await runAgentWorker(options);
+        const config = readConfig({
+          ...process.env,
+          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+        });
+        const concurrency = Number(options.concurrency);
+        if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
+          throw new TypeError('--concurrency must be an integer from 1 to 1000');
+        const port = options.port === undefined ? undefined : Number(options.port);
+        if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
+          throw new TypeError('--port must be a port number');
+        const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
+        const logger = createServerLogger(config);
+        exitOnFatal(logger);
+        const running = await startWorker(config, logger, {
+          concurrency,
+          ...(port === undefined ? {} : { port }),
+          ...(lock ? { lockMs: Number(lock) } : {}),
+        });
+        process.stdout.write(
+          `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
+        );
+        await new Promise<void>((resolve) => {
+          const stop = (signal: string) => {
+            // Graceful: no new jobs, the running ones finish (a second signal does not wait).
+            logger.info({ signal, running: running.worker.running }, 'worker stopping');
+            running.close().then(resolve, resolve);
+          };
+          process.once('SIGINT', () => stop('SIGINT'));
+          process.once('SIGTERM', () => stop('SIGTERM'));
+        });
+        await new Promise<void>((resolve) => logger.flush(() => resolve()));
       },
     );
 

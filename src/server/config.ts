@@ -61,12 +61,19 @@ export interface ServerConfig {
   /** How long a per-recipient delivery is kept in the outbox (ms). */
   readonly outboxRetentionMs: number;
   /**
-   * Where jobs run on a miss: `process` (in the server) or `agent` (on agent workers, which
-   * take them through the HTTP API: `viewer-cache worker --agent`).
+   * Where misses run: `in-process` (in the server), `queue` (on `viewer-cache worker` processes,
+   * through BullMQ), or `agent` (on agent workers, which take them through the HTTP API:
+   * `viewer-cache worker --agent`).
    */
-  readonly execution: 'process' | 'agent';
+  readonly execution: 'in-process' | 'queue' | 'agent';
   /** With `execution: 'agent'`: the worker group whose agents run this server's jobs. */
   readonly agentGroup: string;
+  /** With the queue: longest a server waits for a worker to finish a job (ms). */
+  readonly queueWaitMs: number;
+  /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
+  readonly queuePrefix: string;
+  /** The server's URL as workers reach it (their runnables' job-token child runs). */
+  readonly serverUrl: string | null;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
@@ -138,23 +145,44 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1000,
       10 * 365 * 86_400_000,
     ),
-    execution: oneOf(env['VIEWER_CACHE_EXECUTION'] || 'process', 'VIEWER_CACHE_EXECUTION', [
-      'process',
-      'agent',
-    ] as const),
+    execution: execution(env['VIEWER_CACHE_EXECUTION']),
     agentGroup: agentGroup(env['VIEWER_CACHE_AGENT_GROUP'] || 'default'),
+    queueWaitMs: integer(
+      env['VIEWER_CACHE_QUEUE_WAIT_MS'] ?? '60000',
+      'VIEWER_CACHE_QUEUE_WAIT_MS',
+      100,
+      3_600_000,
+    ),
+    queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),
+    serverUrl: env['VIEWER_CACHE_SERVER_URL'] || null,
   };
-}
-
-function oneOf<const T extends string>(raw: string, name: string, values: readonly T[]): T {
-  if ((values as readonly string[]).includes(raw)) return raw as T;
-  throw new TypeError(`${name} must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`);
 }
 
 function agentGroup(raw: string): string {
   if (/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) return raw;
   throw new TypeError(
     `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
+  );
+}
+
+function queuePrefix(raw: string | undefined): string {
+  if (raw === undefined || raw === '') return '{viewer-cache}';
+  // BullMQ's scripts touch several keys of a queue at once: on a Cluster they must share a slot.
+  if (!/^\{[A-Za-z0-9_.:-]{1,64}\}$/.test(raw)) {
+    throw new TypeError(
+      `VIEWER_CACHE_QUEUE_PREFIX must be a hash tag like {viewer-cache} (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return raw;
+}
+
+function execution(raw: string | undefined): ServerConfig['execution'] {
+  // `process` is the spelling the agent-workers work first used; both mean "here".
+  if (raw === undefined || raw === '' || raw === 'in-process' || raw === 'process')
+    return 'in-process';
+  if (raw === 'queue' || raw === 'agent') return raw;
+  throw new TypeError(
+    `VIEWER_CACHE_EXECUTION must be in-process, queue or agent (got ${JSON.stringify(raw)})`,
   );
 }
 

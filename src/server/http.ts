@@ -34,7 +34,10 @@ import {
   workspaceParams,
 } from './http_schemas.js';
 import type { ScheduleStatus } from './scheduler.js';
-import type { ApiTokens, JobTokens, TokenIdentity } from './tokens.js';
+import type { ApiTokens, JobTokenGrant, TokenIdentity } from './tokens.js';
+
+/** What a child run through the API needs of its parent's job token. */
+type ChildRunGrant = Pick<JobTokenGrant, 'workspace' | 'perms'>;
 
 export interface HttpDeps {
   logger: Logger;
@@ -48,7 +51,13 @@ export interface HttpDeps {
   /** What `GET /api/w/:workspace/schedules` reports. */
   schedules(): ScheduleStatus[];
   apiTokens: ApiTokens;
-  jobTokens: JobTokens;
+  /** Job tokens: this process's own, and (jobs on workers) the shared ones. */
+  /** Who a job token speaks for (this process's tokens, or shared ones with the queue). */
+  jobTokens: {
+    verify(token: string): ChildRunGrant | null | Promise<ChildRunGrant | null>;
+  };
+  /** With jobs on workers: workers whose heartbeat is fresh, reported by `/readyz`. */
+  liveWorkers?: () => Promise<number>;
   /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
   embedVerifier?: EmbedVerifier;
   metrics: {
@@ -322,7 +331,7 @@ export function buildHttpApp(deps: HttpDeps) {
     async (request, reply) => {
       const { workspace } = request.params;
       const token = bearer(request);
-      const grant = token === null ? null : jobTokens.verify(token);
+      const grant = token === null ? null : await jobTokens.verify(token);
       if (grant === null)
         throw new HttpError(401, 'E_UNAUTHENTICATED', 'a live job token is required');
       if (grant.workspace !== workspace)
@@ -384,13 +393,22 @@ export function buildHttpApp(deps: HttpDeps) {
       () => (checks['postgres'] = 'down'),
     );
     if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
+    let workers: number | undefined;
+    if (deps.liveWorkers) {
+      // Jobs on workers: misses wait for one, so none alive is not ready.
+      workers = await deps.liveWorkers().catch(() => 0);
+      checks['workers'] = workers > 0 ? 'ok' : 'none';
+    }
     const ok = Object.values(checks).every((value) => value === 'ok');
     // Reported, not required: an unconfirmed bus costs a round trip per lookup, never a stale
     // entry, and the runs are still cached.
     const bus = deps.busState?.();
-    return reply
-      .status(ok ? 200 : 503)
-      .send(bus === undefined ? { ok, checks } : { ok, checks, invalidations: bus });
+    return reply.status(ok ? 200 : 503).send({
+      ok,
+      checks,
+      ...(bus === undefined ? {} : { invalidations: bus }),
+      ...(workers === undefined ? {} : { workers }),
+    });
   });
 
   app.get('/metrics', { config: live }, async (_request, reply) => {

@@ -10,11 +10,15 @@ import {
   createDatatables,
   createEmbedVerifier,
   createExecutor,
+  createQueueExecutor,
   type Datatables,
+  type Executor,
   InvalidJobError,
   type Logger,
   MemoryCacheStore,
+  migrateQueue,
   RedisCacheStore,
+  SharedJobTokens,
   TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
@@ -187,35 +191,34 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     cleanup.push(() => pool.end());
     await migrateServer(pool);
 
-    let store: CacheStore;
-    let storeState: (() => Promise<string>) | undefined;
-    let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
-    if (config.redisUrl !== null) {
-      const redis = openRedis(config);
-      redis.on('error', (err: Error) =>
-        logger.debug({ err: err.message }, 'redis connection error'),
-      );
-      cleanup.push(() => redis.quit());
-      const shared = { redis, prefix: config.redisPrefix, commandTimeout: config.redisTimeoutMs };
-      if (config.memoryTierBytes > 0) {
-        // Recent entries in memory in front of Redis, and `cache invalidate` heard by everyone.
-        const twoTier = new TwoTierCacheStore({
-          ...shared,
-          memory: { maxBytes: config.memoryTierBytes },
-        });
-        cleanup.push(() => twoTier.close());
-        store = twoTier;
-        busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
-      } else {
-        store = new RedisCacheStore(shared);
-      }
-      storeState = redisReadiness(redis, config.redisTimeoutMs);
-    } else {
-      store = new MemoryCacheStore();
-    }
+    const { store, storeState, busState } = openCacheStore(config, logger, cleanup);
 
     const jobTokens = new JobTokens();
-    const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    let executor: Executor = local;
+    let sharedTokens: SharedJobTokens | null = null;
+    let liveWorkers: (() => Promise<number>) | undefined;
+    if (config.execution === 'queue') {
+      // Misses run on workers (`viewer-cache worker`); hits are answered here, as before.
+      await migrateQueue(pool);
+      const queueRedis = openQueueRedis(config, logger);
+      cleanup.push(() => queueRedis.quit());
+      const queue = createQueueExecutor({
+        executor: local,
+        pool,
+        redis: queueRedis,
+        secretKey,
+        wait: config.queueWaitMs,
+        prefix: config.queuePrefix,
+        logger,
+      });
+      cleanup.push(() => queue.close());
+      await queue.ready();
+      executor = queue;
+      liveWorkers = () => queue.liveWorkers();
+      sharedTokens = new SharedJobTokens({ pool, logger });
+    }
+    const shared = sharedTokens;
     // With agents, a miss is handed to an agent of the group (the same job, viewer recorded
     // here); the executor above still builds jobs and knows the runnables' versions.
     let agents: { dispatch: InProcessAgentDispatch; tokens: AgentTokens } | undefined;
@@ -296,7 +299,12 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       schedules: () => scheduler.status(),
       recipients: { perRecipient, outbox },
       apiTokens,
-      jobTokens,
+      jobTokens: {
+        async verify(token: string) {
+          return jobTokens.verify(token) ?? (shared === null ? null : await shared.verify(token));
+        },
+      },
+      ...(liveWorkers ? { liveWorkers } : {}),
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
@@ -318,9 +326,10 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     cleanup.push(() => app.close());
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
-    // The first scheduled run happens before anyone is told the server is up — except when
-    // jobs run on agents, which cannot take it before the server is up to hand it over.
-    if (agents === undefined) await scheduler.tick();
+    // The first scheduled run happens before anyone is told the server is up — in process. On
+    // workers or agents it waits for one, and they may start after the server (an agent cannot
+    // take it before the server is up to hand it over): it goes on meanwhile.
+    if (config.execution === 'in-process') await scheduler.tick();
     else void scheduler.tick().catch(() => {});
     scheduler.start(config.scheduleEveryMs);
     return { url: baseUrl, demoTokens, close };
@@ -330,16 +339,79 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
   }
 }
 
+/**
+ * The cache store: Redis (with a memory tier in front unless VIEWER_CACHE_MEMORY_TIER_BYTES=0)
+ * when REDIS_URL is set, else in process; the same for a server and a worker.
+ */
+export function openCacheStore(
+  config: ServerConfig,
+  logger: Logger,
+  cleanup: (() => Promise<unknown>)[],
+): {
+  store: CacheStore;
+  storeState?: () => Promise<string>;
+  /** The invalidation bus's state (two tiers only). */
+  busState?: () => 'confirmed' | 'unconfirmed';
+} {
+  let store: CacheStore;
+  let storeState: (() => Promise<string>) | undefined;
+  let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
+  if (config.redisUrl !== null) {
+    const redis = openRedis(config);
+    redis.on('error', (err: Error) => logger.debug({ err: err.message }, 'redis connection error'));
+    cleanup.push(() => redis.quit());
+    const shared = { redis, prefix: config.redisPrefix, commandTimeout: config.redisTimeoutMs };
+    if (config.memoryTierBytes > 0) {
+      // Recent entries in memory in front of Redis, and `cache invalidate` heard by everyone.
+      const twoTier = new TwoTierCacheStore({
+        ...shared,
+        memory: { maxBytes: config.memoryTierBytes },
+      });
+      cleanup.push(() => twoTier.close());
+      store = twoTier;
+      busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
+    } else {
+      store = new RedisCacheStore(shared);
+    }
+    storeState = redisReadiness(redis, config.redisTimeoutMs);
+  } else {
+    store = new MemoryCacheStore();
+  }
+
+  return {
+    store,
+    ...(storeState === undefined ? {} : { storeState }),
+    ...(busState === undefined ? {} : { busState }),
+  };
+}
+
+/** The queue's Redis (jobs on workers): BullMQ's blocking reads need unlimited retries. */
+export function openQueueRedis(config: ServerConfig, logger: Logger): Redis | Cluster {
+  if (config.redisUrl === null) {
+    throw new TypeError(
+      'jobs on workers (VIEWER_CACHE_EXECUTION=queue, viewer-cache worker) need REDIS_URL',
+    );
+  }
+  const client = config.redisCluster
+    ? new Cluster(clusterNodes(config.redisUrl), { redisOptions: { maxRetriesPerRequest: null } })
+    : new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  client.on('error', (err: Error) => logger.debug({ err: err.message }, 'queue redis error'));
+  return client;
+}
+
+function clusterNodes(url: string): { host: string; port: number }[] {
+  return url.split(',').map((entry) => {
+    const parsed = new URL(entry.includes('://') ? entry : `redis://${entry}`);
+    return { host: parsed.hostname, port: Number(parsed.port || 6379) };
+  });
+}
+
 /** The Redis client (single node or Cluster) `REDIS_URL` names. */
 export function openRedis(config: ServerConfig): Redis | Cluster {
   const url = config.redisUrl!;
   if (!config.redisCluster)
     return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-  const nodes = url.split(',').map((entry) => {
-    const parsed = new URL(entry.includes('://') ? entry : `redis://${entry}`);
-    return { host: parsed.hostname, port: Number(parsed.port || 6379) };
-  });
-  return new Cluster(nodes, {
+  return new Cluster(clusterNodes(url), {
     enableOfflineQueue: false,
     redisOptions: { maxRetriesPerRequest: 1 },
   });

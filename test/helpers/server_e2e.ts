@@ -23,6 +23,15 @@ export interface E2eOptions {
   readonly redisUrl: string;
   /** This server's keys in the shared Redis. */
   readonly redisPrefix: string;
+  /**
+   * Where misses run: `queue` starts the server with VIEWER_CACHE_EXECUTION=queue and `workers`
+   * `viewer-cache worker` processes beside it. @default $VC_TEST_EXECUTION, else in process
+   */
+  readonly execution?: 'in-process' | 'queue' | 'agent';
+  /** Worker processes with the queue. @default 1 */
+  readonly workers?: number;
+  /** More environment for the server and its workers. */
+  readonly env?: Record<string, string>;
 }
 
 /**
@@ -36,10 +45,15 @@ export class E2eServer {
    * VC_TEST_EXECUTION=agent: the server hands every miss to an agent worker process
    * (`worker --agent --demo`, no database credential), started once the server is ready.
    */
-  readonly execution = process.env['VC_TEST_EXECUTION'] === 'agent' ? 'agent' : 'process';
+  get execution(): 'in-process' | 'queue' | 'agent' {
+    const asked = this.options.execution ?? process.env['VC_TEST_EXECUTION'];
+    return asked === 'agent' || asked === 'queue' ? asked : 'in-process';
+  }
   agent: AgentProcess | undefined;
   env: NodeJS.ProcessEnv = {};
   server!: ServerProcess;
+  /** The worker processes, with the queue (started once the server is ready). */
+  readonly workers: ServerProcess[] = [];
   /** The server's URL, once it is ready. */
   url = '';
   port = 0;
@@ -73,10 +87,25 @@ export class E2eServer {
       PORT: String(this.port),
       LOG_LEVEL: 'debug',
       ...(this.execution === 'agent' ? { VIEWER_CACHE_EXECUTION: 'agent' } : {}),
+      ...(this.queued
+        ? {
+            VIEWER_CACHE_EXECUTION: 'queue',
+            VIEWER_CACHE_QUEUE_PREFIX: `{${prefix}q}`,
+            VIEWER_CACHE_SERVER_URL: `http://127.0.0.1:${this.port}`,
+          }
+        : {}),
+      ...this.options.env,
     });
     this.redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
     this.redis.on('error', () => {});
     this.server = new ServerProcess(this.env);
+    // Workers start beside the server, as an operator would start them (they wait for Redis
+    // and migrate what they need): the server's first scheduled run waits for one.
+    if (this.queued) {
+      for (let i = 0; i < (this.options.workers ?? 1); i++) {
+        this.workers.push(new ServerProcess(this.env, ['--port', '0'], 'worker'));
+      }
+    }
   }
 
   /** Waits for the ready line; resolves to what it said. */
@@ -95,7 +124,20 @@ export class E2eServer {
         this.options.prefix,
       );
     }
+    await Promise.all(this.workers.map((worker) => worker.ready));
     return ready;
+  }
+
+  get queued(): boolean {
+    return this.execution === 'queue';
+  }
+
+  /** One more `viewer-cache worker` process with the server's environment; resolves when ready. */
+  async startWorker(args: string[] = [], env: Record<string, string> = {}): Promise<ServerProcess> {
+    const worker = new ServerProcess({ ...this.env, ...env }, ['--port', '0', ...args], 'worker');
+    this.workers.push(worker);
+    await worker.ready;
+    return worker;
   }
 
   readonly request = (method: 'GET' | 'POST', path: string, options?: RequestOptions) =>
@@ -127,9 +169,11 @@ export class E2eServer {
       await this.agent.closed;
     }
     if (this.server?.running) await this.server.kill();
+    for (const worker of this.workers) if (worker.running) await worker.kill();
     const overlap = this.server !== undefined && QUERY_OVERLAP.test(this.server.stderr);
     if (this.redis !== undefined) {
       await clearRedisPrefix(this.redis, this.options.redisPrefix);
+      if (this.queued) await clearRedisPrefix(this.redis, `{${this.options.prefix}q}`);
       this.redis.disconnect();
     }
     await this.#db?.drop();

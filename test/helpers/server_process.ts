@@ -37,8 +37,8 @@ export class ServerProcess {
   readonly ready: Promise<{ url: string; tokens?: Record<string, string> }>;
   readonly #child: ChildProcess;
 
-  constructor(env: NodeJS.ProcessEnv, args: string[] = []) {
-    this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN, '--json', 'serve', ...args], {
+  constructor(env: NodeJS.ProcessEnv, args: string[] = [], command = 'serve') {
+    this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN, '--json', command, ...args], {
       cwd: ROOT,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],

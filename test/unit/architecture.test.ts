@@ -81,6 +81,8 @@ describe('module boundaries (dependency-cruiser)', () => {
         'src/datatable/admin/cmd.ts',
       ],
       ['datatable-admin-layer', 'src/datatable/admin/cmd.ts', 'src/datatable/identity/other.ts'],
+      ['queue-own-room', 'src/executor/dispatch.ts', 'src/queue/room.ts'],
+      ['queue-imports', 'src/queue/room.ts', 'src/cache/entry.ts'],
       ['src-not-tests-or-benches', 'src/util/helped.ts', 'test/helpers/helper.ts'],
       ['tests-not-benches', 'test/helpers/timed.ts', 'bench/scenario.ts'],
     ];

@@ -1,0 +1,188 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
+import type pg from 'pg';
+import { type Duration, resolveDuration } from '../duration.js';
+import { coerceError, QueueJobRefusedError } from '../errors.js';
+import type { JobExecutor } from '../job.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { claimJobRecord, finishJobRecord } from './job_records.js';
+import type { QueueRedis } from './queue_executor.js';
+import {
+  HEARTBEAT_TTL_MS,
+  heartbeatKey,
+  isQueueMessage,
+  QUEUE_DEFAULTS,
+  type QueueMessage,
+} from './queue_names.js';
+import { QueueKeys } from './queue_seal.js';
+
+/** How one job ended on this worker: `ok`, or the error code it failed with. */
+export interface QueueJobOutcome {
+  readonly path: string | null;
+  readonly code: string;
+  readonly ms: number;
+}
+
+export interface RawQueueWorkerOptions {
+  /**
+   * What runs the jobs: the in-process executor with the apps, under `withResultCache` with the
+   * same store, fingerprint and seal as the servers (so it looks up, checks the fingerprint and
+   * writes the sealed entry exactly as a server in process does). Give it the fingerprint
+   * *untracked* — `fingerprint: (job) => datatables.fingerprint(job)` — so it stores under the
+   * full fingerprint the servers look up (a server in queue mode runs nothing, so it never learns
+   * a runnable's narrower dependencies).
+   */
+  executor: JobExecutor;
+  /** The database holding the queue's schema (the job records). */
+  pool: pg.Pool;
+  /** The Redis the servers queue on (duplicated: BullMQ's blocking reads need their own). */
+  redis: QueueRedis;
+  /** The deployment secret (VIEWER_CACHE_SECRET_KEY): messages that do not verify are refused. */
+  secretKey: string;
+  /** Jobs run at once. @default 1 */
+  concurrency?: number;
+  /**
+   * How long a job's lock lives without renewal: a worker that dies mid-job hands it back after
+   * about this long, and it is retried once (on the same record, so the same viewer). @default '30s'
+   */
+  lockDuration?: Duration;
+  /** @default '{viewer-cache}' */
+  prefix?: string;
+  /** @default 'jobs' */
+  name?: string;
+  /** Called once per finished job (metrics). */
+  onFinished?: (outcome: QueueJobOutcome) => void;
+  /** @default silent */
+  logger?: Logger;
+}
+
+export interface QueueWorker {
+  /** This worker's id in the heartbeat set. */
+  readonly id: string;
+  /** Jobs running now. */
+  readonly running: number;
+  /** Resolves once connected and taking jobs. */
+  ready(): Promise<void>;
+  /** Stops taking jobs, lets the running ones finish, then disconnects. */
+  close(): Promise<void>;
+}
+
+/**
+ * A queue worker: takes `{ workspace, jobId, queueId, mac }` messages, runs a job only when the
+ * MAC verifies under the secret and its Postgres record can be claimed (exists, same workspace,
+ * not finished, not given up, retried at most once), and reads the job — viewer included — from
+ * that record alone. Answers travel sealed to the queue id; failures as bare codes.
+ */
+export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
+  const { executor, pool, redis } = options;
+  if (typeof executor?.run !== 'function') throw new TypeError('executor must run jobs');
+  if (typeof pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
+  if (typeof redis?.duplicate !== 'function')
+    throw new TypeError('redis must be an ioredis Redis or Cluster client');
+  const concurrency = options.concurrency ?? 1;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
+    throw new TypeError('concurrency must be an integer from 1 to 1000');
+  const keys = new QueueKeys(options.secretKey);
+  const lockMs = resolveDuration(options.lockDuration ?? '30s', 'lockDuration');
+  const prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
+  const name = options.name ?? QUEUE_DEFAULTS.name;
+  const logger = options.logger ?? silentLogger;
+  const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  let running = 0;
+
+  const finished = (outcome: QueueJobOutcome) => {
+    // One line per job: path, outcome code, duration; never the viewer, args or rows.
+    logger.info(outcome, 'job finished');
+    try {
+      options.onFinished?.(outcome);
+    } catch {
+      // a metrics callback never fails a job
+    }
+  };
+
+  const refuse = (started: number, path: string | null): never => {
+    finished({ path, code: QueueJobRefusedError.code, ms: performance.now() - started });
+    throw new UnrecoverableError(QueueJobRefusedError.code);
+  };
+
+  const processor = async (bullJob: BullJob<unknown, string>): Promise<string> => {
+    const started = performance.now();
+    const data = bullJob.data;
+    if (!isQueueMessage(data) || data.queueId !== bullJob.id || !keys.verify(data)) {
+      return refuse(started, null);
+    }
+    const message: QueueMessage = data;
+    const job = await claimJobRecord(pool, message.workspace, message.jobId).catch(() => null);
+    if (job === null) return refuse(started, null);
+    const path = job.runnable.path;
+    running += 1;
+    try {
+      const result = await executor.run(job);
+      const json = result.json();
+      await finishJobRecord(pool, job.id).catch(() => {});
+      finished({ path, code: 'ok', ms: performance.now() - started });
+      return keys.sealResult(message.queueId, json);
+    } catch (thrown) {
+      const err = coerceError(thrown) as Error & { code?: unknown };
+      await finishJobRecord(pool, job.id).catch(() => {});
+      const code =
+        typeof err.code === 'string' && /^E_[A-Z_]+$/.test(err.code)
+          ? err.code
+          : 'E_EXECUTOR_FAILED';
+      finished({ path, code, ms: performance.now() - started });
+      // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
+      throw new UnrecoverableError(code);
+    } finally {
+      running -= 1;
+    }
+  };
+
+  const connection = redis.duplicate() as ConnectionOptions & {
+    on(event: 'error', fn: (err: Error) => void): void;
+    quit(): Promise<unknown>;
+    zadd(key: string, score: number, member: string): Promise<unknown>;
+    zrem(key: string, member: string): Promise<unknown>;
+    zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
+  };
+  connection.on('error', (err) => logger.debug({ err: err.message }, 'worker redis error'));
+  const worker = new Worker<unknown, string>(name, processor, {
+    connection,
+    prefix,
+    concurrency,
+    lockDuration: lockMs,
+    stalledInterval: Math.max(1000, Math.floor(lockMs / 2)),
+    // A job whose worker died returns to the queue once; a second loss fails it (coded).
+    maxStalledCount: 1,
+    removeOnComplete: { count: 0 },
+    removeOnFail: { count: 0 },
+  });
+  worker.on('error', (err) => logger.debug({ err: err.message }, 'worker error'));
+
+  const beatKey = heartbeatKey(prefix, name);
+  const beat = () => {
+    const now = Date.now();
+    connection.zadd(beatKey, now, id).catch(() => {});
+    connection.zremrangebyscore(beatKey, '-inf', now - 4 * HEARTBEAT_TTL_MS).catch(() => {});
+  };
+  beat();
+  const beating = setInterval(beat, HEARTBEAT_TTL_MS / 3);
+  beating.unref();
+
+  return {
+    id,
+    get running() {
+      return running;
+    },
+    async ready() {
+      await worker.waitUntilReady();
+    },
+    async close() {
+      clearInterval(beating);
+      // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones.
+      await worker.close();
+      await connection.zrem(beatKey, id).catch(() => {});
+      await connection.quit().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,166 @@
+import { randomBytes } from 'node:crypto';
+import { Cluster, Redis } from 'ioredis';
+import pg from 'pg';
+import type { Datatables } from '../../src/datatable/datatables.js';
+import {
+  type CachedExecutor,
+  createExecutor,
+  createQueueExecutor,
+  createQueueWorker,
+  type Executor,
+  migrateQueue,
+  type QueueExecutor,
+  type QueueJobOutcome,
+  type QueueWorker,
+  RedisCacheStore,
+  type RunnableDefinition,
+  SharedJobTokens,
+  withResultCache,
+} from '../../src/index.js';
+import { SECRET_KEY } from './orders_db.js';
+
+/** A queue prefix of its own (a hash tag, as in production), for one test file. */
+export function queuePrefix(): string {
+  return `{vc-test-${randomBytes(4).toString('hex')}}`;
+}
+
+export interface QueueSide {
+  readonly cached: CachedExecutor;
+  readonly queue: QueueExecutor;
+  readonly registry: Executor;
+}
+
+/**
+ * Servers and workers of one deployment, in this process: each server is a result cache over a
+ * queue executor; each worker a result cache over the in-process executor, taking jobs.
+ */
+export class QueueDeployment {
+  readonly prefix = queuePrefix();
+  readonly cachePrefix = `vc-test:${this.prefix}:`;
+  readonly outcomes: QueueJobOutcome[] = [];
+  readonly redis: Redis | Cluster;
+  readonly pool: pg.Pool;
+  readonly #closers: (() => Promise<unknown>)[] = [];
+
+  constructor(
+    readonly redisUrl: string,
+    databaseUrl: string,
+    readonly datatables: Datatables,
+    readonly runnables: Record<string, RunnableDefinition>,
+    /** A Redis Cluster instead of `redisUrl` (a client the caller closes). */
+    readonly cluster?: Cluster,
+  ) {
+    this.redis = cluster ?? new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.redis.on('error', () => {});
+    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+    this.pool.on('error', () => {});
+  }
+
+  async migrate(): Promise<void> {
+    await migrateQueue(this.pool);
+  }
+
+  store(): RedisCacheStore {
+    const store = new RedisCacheStore({
+      redis: this.cluster ?? this.redisUrl,
+      prefix: this.cachePrefix,
+    });
+    this.#closers.push(() => store.close());
+    return store;
+  }
+
+  async server(options: { wait?: number; secretKey?: string } = {}): Promise<QueueSide> {
+    const registry = createExecutor({ runnables: this.runnables });
+    const queue = createQueueExecutor({
+      executor: registry,
+      pool: this.pool,
+      redis: this.redis,
+      secretKey: options.secretKey ?? SECRET_KEY,
+      prefix: this.prefix,
+      ...(options.wait === undefined ? {} : { wait: options.wait }),
+    });
+    this.#closers.push(() => queue.close());
+    await queue.ready();
+    const cached = withResultCache(queue, {
+      store: this.store(),
+      fingerprint: this.datatables.fingerprint,
+      seal: { secretKey: SECRET_KEY },
+    });
+    return { cached, queue, registry };
+  }
+
+  async worker(
+    options: { concurrency?: number; secretKey?: string; lockDuration?: number } = {},
+  ): Promise<QueueWorker> {
+    const executor = createExecutor({
+      runnables: this.runnables,
+      datatables: this.datatables,
+      jobTokens: new SharedJobTokens({ pool: this.pool }),
+    });
+    const cached = withResultCache(executor, {
+      store: this.store(),
+      // Untracked, as the worker command does (see src/server/worker.ts).
+      fingerprint: (job) => this.datatables.fingerprint(job),
+      seal: { secretKey: SECRET_KEY },
+    });
+    const worker = createQueueWorker({
+      executor: cached,
+      pool: this.pool,
+      redis: this.redis,
+      secretKey: options.secretKey ?? SECRET_KEY,
+      prefix: this.prefix,
+      onFinished: (outcome) => this.outcomes.push(outcome),
+      ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+      ...(options.lockDuration === undefined ? {} : { lockDuration: options.lockDuration }),
+    });
+    this.#closers.push(() => worker.close());
+    await worker.ready();
+    return worker;
+  }
+
+  /** Every key of the queue and the cache, with its value as text (whatever its type). */
+  async dump(): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis];
+    for (const node of nodes) {
+      for (const match of [`${this.prefix}*`, `${this.cachePrefix}*`]) {
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', match, 'COUNT', 1000);
+          cursor = next;
+          for (const key of keys) out.set(key, await this.#value(key));
+        } while (cursor !== '0');
+      }
+    }
+    return out;
+  }
+
+  async #value(key: string): Promise<string> {
+    const type = await this.redis.type(key);
+    const r = this.redis;
+    switch (type) {
+      case 'string':
+        return (await r.getBuffer(key))?.toString('latin1') ?? '';
+      case 'hash':
+        return JSON.stringify(await r.hgetall(key));
+      case 'list':
+        return JSON.stringify(await r.lrange(key, 0, -1));
+      case 'set':
+        return JSON.stringify(await r.smembers(key));
+      case 'zset':
+        return JSON.stringify(await r.zrange(key, 0, -1, 'WITHSCORES'));
+      case 'stream':
+        return JSON.stringify(await r.xrange(key, '-', '+'));
+      default:
+        return '';
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const close of this.#closers.reverse()) await close().catch(() => {});
+    const keys = [...(await this.dump().catch(() => new Map<string, string>())).keys()];
+    for (const key of keys) await this.redis.del(key).catch(() => {});
+    if (this.cluster === undefined) this.redis.disconnect();
+    await this.pool.end();
+  }
+}

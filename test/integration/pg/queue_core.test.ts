@@ -1,0 +1,262 @@
+import { Queue, Worker } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { Datatables } from '../../../src/datatable/datatables.js';
+import { type JobResult, type RunnableDefinition, SharedJobTokens } from '../../../src/index.js';
+import { QueueKeys } from '../../../src/queue/queue_seal.js';
+import { deferred } from '../../helpers/deferred.js';
+import {
+  app,
+  type OrdersDb,
+  ordersDb,
+  PUBLISHER,
+  ROWS,
+  runFor,
+  SECRET_KEY,
+  WS,
+} from '../../helpers/orders_db.js';
+import { QueueDeployment } from '../../helpers/queue_fixture.js';
+import { waitUntil } from '../../helpers/wait.js';
+
+// Jobs on workers (SPEC invariant 19), on a real Redis and Postgres: the server records the
+// viewer and writes the job record; the worker reads the viewer from the record alone.
+
+const ALICE = 'alice@example.com';
+const BOB = 'bob@example.com';
+const MARKER_ARG = 'needle-arg-7f3c';
+
+let fx: OrdersDb;
+let datatables: Datatables;
+let deploy: QueueDeployment;
+let executions = 0;
+let gate = deferred<void>();
+gate.resolve();
+
+const ids = (rows: Record<string, unknown>[]) => rows.map((r) => r['id'] as number);
+const runnables: Record<string, RunnableDefinition> = {
+  report: {
+    cacheTtlS: 300,
+    fn: async (_args, ctx) => {
+      executions++;
+      const client = await ctx.datatable('main', { as: 'viewer' });
+      await gate.promise;
+      return ids((await client.query('select id from orders order by id')).rows);
+    },
+  },
+  uncached: {
+    fn: async (_args, ctx) => {
+      const client = await ctx.datatable('main', { as: 'viewer' });
+      return ids((await client.query('select id from orders order by id')).rows);
+    },
+  },
+  token: {
+    cacheTtlS: 0,
+    // Checks its own token from "another server" (a verifier of its own) while it runs.
+    fn: async (_args, ctx) => ({
+      token: ctx.jobToken,
+      live: (await new SharedJobTokens({ pool: deploy.pool }).verify(String(ctx.jobToken)))?.perms
+        .endUserEmail,
+    }),
+  },
+};
+
+beforeAll(async () => {
+  fx = await ordersDb();
+  datatables = await fx.open({ migrate: false });
+  deploy = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
+  await deploy.migrate();
+});
+
+afterAll(async () => {
+  await deploy?.close();
+  await fx?.close();
+});
+
+describe('a miss runs on a worker, as the viewer the server recorded', () => {
+  it('each viewer gets their own rows; a hit is answered without enqueueing', async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    const before = deploy.outcomes.length;
+    const a = await runFor(server.registry, 'report', app(ALICE), {
+      through: server.cached,
+      args: { v: 1 },
+    });
+    const b = await runFor(server.registry, 'report', app(BOB), {
+      through: server.cached,
+      args: { v: 1 },
+    });
+    expect(a.value).toEqual(ROWS['emea']);
+    expect(b.value).toEqual(ROWS['amer']);
+    expect(deploy.outcomes.length - before).toBe(2);
+    // The worker wrote the sealed entry: the server's next run is a hit, and no job is queued.
+    const again = await runFor(server.registry, 'report', app(ALICE), {
+      through: server.cached,
+      args: { v: 1 },
+    });
+    expect(again.fromCache).toBe(true);
+    expect(again.value).toEqual(ROWS['emea']);
+    expect(deploy.outcomes.length - before).toBe(2);
+    // The records are gone once answered.
+    const { rows } = await deploy.pool.query(
+      'select count(*)::int as n from viewer_cache_queue.job',
+    );
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('a run with no viewer asking for the viewer is refused with its code, never cached', async () => {
+    const server = await deploy.server();
+    await expect(
+      runFor(server.registry, 'uncached', { kind: 'schedule' }, { through: server.cached }),
+    ).rejects.toMatchObject({ code: 'E_NO_VIEWER' });
+  });
+
+  it('a job token is valid on any server while its job runs, and refused once it ended', async () => {
+    const server = await deploy.server();
+    const result = await runFor(server.registry, 'token', app(ALICE), { through: server.cached });
+    const { token, live } = result.value as { token: string; live: string };
+    expect(token).toMatch(/^vcjob_/);
+    expect(live).toBe(ALICE);
+    const tokens = new SharedJobTokens({ pool: deploy.pool });
+    expect(await tokens.verify(token)).toBeNull();
+  });
+});
+
+describe('a scoped credential on the queue', () => {
+  it("a run scoped to one of carol's roles sees only that role's rows, on a worker", async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    const oid = new Map((await fx.datatables.admin.listRoles(WS)).map((r) => [r.name, r.oid]));
+    const job = server.registry.createJob({
+      workspace: WS,
+      path: 'uncached',
+      runAs: PUBLISHER,
+      origin: app('carol@example.com'),
+      roleScope: [oid.get(fx.EMEA)!],
+    });
+    const result = await server.cached.run(job);
+    expect(result.value).toEqual(ROWS['emea']);
+  });
+});
+
+describe('single flight across servers, scoped to the full key', () => {
+  it("two servers' identical misses are one job; two viewers' identical misses are two", async () => {
+    const one = await deploy.server();
+    const two = await deploy.server();
+    await deploy.worker({ concurrency: 4 });
+    executions = 0;
+    gate = deferred<void>();
+    const args = { coalesce: Date.now() };
+    const runs = [
+      runFor(one.registry, 'report', app(ALICE), { through: one.cached, args }),
+      runFor(two.registry, 'report', app(ALICE), { through: two.cached, args }),
+      runFor(two.registry, 'report', app(BOB), { through: two.cached, args }),
+    ];
+    try {
+      await waitUntil('both viewers run', () => executions >= 2);
+    } finally {
+      gate.resolve();
+    }
+    const [a1, a2, b] = (await Promise.all(runs)) as [JobResult, JobResult, JobResult];
+    expect(a1.value).toEqual(ROWS['emea']);
+    expect(a2.value).toEqual(ROWS['emea']);
+    expect(b.value).toEqual(ROWS['amer']);
+    expect(executions).toBe(2);
+  });
+});
+
+describe('forged queue messages are refused', () => {
+  const keys = new QueueKeys(SECRET_KEY);
+
+  async function recordFor(viewer: string, workspace = WS): Promise<string> {
+    const registry = (await deploy.server()).registry;
+    const job = registry.createJob({
+      workspace,
+      path: 'uncached',
+      runAs: PUBLISHER,
+      origin: app(viewer),
+    });
+    await deploy.pool.query(
+      `insert into viewer_cache_queue.job (id, workspace, path, hash, args, perms, origin, deadline)
+       values ($1, $2, $3, $4, '{}', $5, 'app', now() + interval '1 minute')`,
+      [job.id, job.workspace, job.runnable.path, job.runnable.hash, JSON.stringify(job.perms)],
+    );
+    return job.id;
+  }
+
+  async function send(data: Record<string, string>): Promise<string> {
+    const queue = new Queue('jobs', { connection: deploy.redis, prefix: deploy.prefix });
+    const before = deploy.outcomes.length;
+    await queue.add('run', data, {
+      jobId: data['queueId'],
+      removeOnComplete: true,
+      removeOnFail: true,
+    });
+    await waitUntil('the worker answered', () => deploy.outcomes.length > before);
+    await queue.close();
+    return deploy.outcomes[before]!.code;
+  }
+
+  it('right job id, wrong MAC; a MAC of another workspace; a replay of a finished job', async () => {
+    await deploy.worker();
+    const jobId = await recordFor(ALICE);
+    const queueId = keys.queueId(`forged:${jobId}`);
+    const good = { workspace: WS, jobId, queueId };
+    expect(await send({ ...good, mac: keys.mac({ ...good, jobId: 'x' }) })).toBe(
+      'E_QUEUE_JOB_REFUSED',
+    );
+    // A valid MAC naming another workspace: the record is of this one.
+    const other = { workspace: 'other', jobId, queueId: keys.queueId(`other:${jobId}`) };
+    expect(await send({ ...other, mac: keys.mac(other) })).toBe('E_QUEUE_JOB_REFUSED');
+    // Signed under another deployment's secret.
+    const foreign = new QueueKeys('another-deployment-secret-000000000');
+    expect(await send({ ...good, mac: foreign.mac(good) })).toBe('E_QUEUE_JOB_REFUSED');
+    // The genuine message runs once (as alice, from the record) ...
+    expect(await send({ ...good, mac: keys.mac(good) })).toBe('ok');
+    // ... and its replay is refused: the record is finished.
+    expect(await send({ ...good, mac: keys.mac(good) })).toBe('E_QUEUE_JOB_REFUSED');
+  });
+
+  it("a worker's answer for one viewer never answers another viewer's run", async () => {
+    // A rogue worker (anyone who can write to Redis) answers every job with alice's sealed
+    // rows, on a deployment of its own where no honest worker competes for the job.
+    const lone = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
+    const aliceSealed = keys.sealResult(keys.queueId('alice-flight'), Buffer.from('[1,3]'));
+    const rogue = new Worker('jobs', async () => aliceSealed, {
+      connection: lone.redis.duplicate(),
+      prefix: lone.prefix,
+    });
+    try {
+      await rogue.waitUntilReady();
+      const server = await lone.server({ wait: 5000 });
+      await expect(
+        runFor(server.registry, 'uncached', app(BOB), { through: server.cached }),
+      ).rejects.toMatchObject({ code: 'E_QUEUE_RESULT_INVALID' });
+    } finally {
+      await rogue.close();
+      await lone.close();
+    }
+  });
+});
+
+describe('nothing the queue keeps in Redis is readable', () => {
+  it('no email, args, rows or cache key in clear in any key or value', async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    gate.resolve();
+    const args = { marker: MARKER_ARG };
+    const seen: string[] = [];
+    server.cached.events.on('cache:miss', () => {});
+    for (const viewer of [ALICE, BOB]) {
+      const result = await runFor(server.registry, 'report', app(viewer), {
+        through: server.cached,
+        args,
+      });
+      seen.push(JSON.stringify(result.value));
+    }
+    const dump = await deploy.dump();
+    expect(dump.size).toBeGreaterThan(0);
+    const text = [...dump].map(([k, v]) => `${k}\n${v}`).join('\n');
+    for (const needle of [ALICE, BOB, 'alice', MARKER_ARG, PUBLISHER, '[1,3]', '"id"', 'report']) {
+      expect(text).not.toContain(needle);
+    }
+  });
+});

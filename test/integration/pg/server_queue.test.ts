@@ -1,0 +1,114 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { demoToken } from '../../../src/server/tokens.js';
+import { uniquePrefix } from '../../helpers/pg.js';
+import { E2eServer } from '../../helpers/server_e2e.js';
+import { asRun, httpRequest, pollUntil, sample } from '../../helpers/server_process.js';
+
+// The reference server with VIEWER_CACHE_EXECUTION=queue and one `viewer-cache worker`, through
+// the HTTP API: each viewer their rows, hits answered without the queue, the worker's liveness,
+// metrics and log lines, and its graceful stop.
+
+const WS = 'demo';
+const ALICE = 'alice@example.com';
+const BOB = 'bob@example.com';
+const prefix = uniquePrefix();
+const SECRET_KEY = randomBytes(32).toString('hex');
+const e2e = new E2eServer({
+  prefix,
+  secretKey: SECRET_KEY,
+  redisUrl: inject('redisUrl'),
+  redisPrefix: `vc-e2e:${prefix}`,
+  execution: 'queue',
+});
+
+const appRun = async (email: string, path: string) =>
+  asRun(
+    await e2e.request('POST', `/api/w/${WS}/apps/orders-dashboard/run`, {
+      token: demoToken(SECRET_KEY, email),
+      body: { path },
+    }),
+  );
+
+beforeAll(async () => {
+  await e2e.start();
+  await e2e.ready();
+}, 120_000);
+
+afterAll(async () => {
+  await e2e.stop();
+});
+
+describe('a server in queue mode and one worker process', () => {
+  it('readyz counts the live worker; the worker has a liveness port', async () => {
+    await pollUntil(async () => (await e2e.request('GET', '/readyz')).status === 200, 15_000);
+    const ready = JSON.parse((await e2e.request('GET', '/readyz')).text) as Record<string, unknown>;
+    expect(ready['workers']).toBe(1);
+    const worker = e2e.workers[0]!;
+    const url = (await worker.ready).url;
+    expect((await httpRequest(url, 'GET', '/healthz')).status).toBe(200);
+  });
+
+  it('each viewer their rows on a miss and on a hit; hits never reach the worker', async () => {
+    const workerUrl = (await e2e.workers[0]!.ready).url;
+    const jobsDone = async () => {
+      const value = sample(
+        (await httpRequest(workerUrl, 'GET', '/metrics')).text,
+        'viewer_cache_worker_jobs_total',
+        '{code="ok"}',
+      );
+      return Number.isNaN(value) ? 0 : value;
+    };
+    const before = await jobsDone();
+    const aliceMiss = await appRun(ALICE, 'f/orders/list');
+    const bobMiss = await appRun(BOB, 'f/orders/list');
+    expect(aliceMiss.status, aliceMiss.text).toBe(200);
+    expect(aliceMiss.fromCache).toBe(false);
+    const regions = (rows: unknown) => [
+      ...new Set((rows as { region: string }[]).map((r) => r.region)),
+    ];
+    expect(regions(aliceMiss.result)).toEqual(['emea']);
+    expect(regions(bobMiss.result)).toEqual(['amer']);
+    // At least these two (the demo's first scheduled run may be running on the worker too).
+    expect((await jobsDone()) - before).toBeGreaterThanOrEqual(2);
+    const beforeHits = await jobsDone();
+    const aliceHit = await appRun(ALICE, 'f/orders/list');
+    const bobHit = await appRun(BOB, 'f/orders/list');
+    expect(aliceHit.fromCache).toBe(true);
+    expect(bobHit.fromCache).toBe(true);
+    expect(aliceHit.result).toEqual(aliceMiss.result);
+    expect(bobHit.result).toEqual(bobMiss.result);
+    expect((await jobsDone()) - beforeHits).toBe(0);
+  });
+
+  it('the worker logs one line per job: path, code, duration; never a viewer or rows', async () => {
+    const worker = e2e.workers[0]!;
+    const finishedLines = () => worker.lines.filter((line) => line.includes('"job finished"'));
+    // Log lines are written in batches (at most 250 ms late).
+    await pollUntil(async () => finishedLines().length >= 2, 5000);
+    const finished = finishedLines();
+    expect(finished.length).toBeGreaterThanOrEqual(2);
+    for (const line of finished) {
+      const parsed = JSON.parse(line) as Record<string, unknown>;
+      expect(parsed['path']).toMatch(/^f\//);
+      expect(typeof parsed['code']).toBe('string');
+      expect(typeof parsed['ms']).toBe('number');
+    }
+    const all = worker.lines.join('\n') + worker.stderr;
+    for (const needle of [ALICE, BOB, 'Acme GmbH', SECRET_KEY]) expect(all).not.toContain(needle);
+  });
+
+  it('SIGTERM: the worker stops gracefully (exit 0) and leaves the heartbeat set', async () => {
+    const worker = e2e.workers[0]!;
+    worker.signal('SIGTERM');
+    const exit = await worker.closed;
+    expect(exit.code).toBe(0);
+    await pollUntil(async () => {
+      const ready = JSON.parse((await e2e.request('GET', '/readyz')).text) as Record<
+        string,
+        unknown
+      >;
+      return ready['workers'] === 0;
+    }, 10_000);
+  });
+});
