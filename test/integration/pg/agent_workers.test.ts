@@ -337,6 +337,15 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
       body: { path: 'f/orders/list' },
     });
     expect(codeOf(anonymous)).toBe('E_NO_VIEWER');
+    // The agent's log lines are written asynchronously (buffered): wait until every job run so
+    // far is in them, so the count below is not short of lines still in the buffer.
+    const paths = () => agent.finished().map((j) => j.path);
+    await pollUntil(
+      async () =>
+        paths().filter((p) => p === 'f/orders/list_sql').length === 2 &&
+        paths().includes('f/orders/summary'),
+      15_000,
+    );
     // A hit is answered by the server: the agent finishes no new job for it.
     const count = agent.finished().length;
     const hit = await appRun(demoToken(SECRET_KEY, ALICE), 'f/orders/list');
