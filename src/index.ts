@@ -24,6 +24,7 @@ export type {
   FingerprintTracking,
   SettledFingerprint,
 } from './connector/fingerprint.js';
+export { withDatatableClient } from './connector/with_datatable_client.js';
 export type {
   CatalogAdmin,
   CatalogChange,
@@ -139,3 +140,11 @@ export type {
 } from './stores/store.js';
 export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
 export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';
+export type {
+  RawViewerCacheOptions,
+  ViewerCache,
+  ViewerCacheDatatables,
+  ViewerFunction,
+  ViewerRun,
+} from './viewer_cache/viewer_cache.js';
+export { createViewerCache } from './viewer_cache/viewer_cache.js';
