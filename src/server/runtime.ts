@@ -265,6 +265,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
+      bodyLimit: config.bodyLimitBytes,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),
