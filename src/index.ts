@@ -28,6 +28,7 @@ export { withDatatableClient } from './connector/with_datatable_client.js';
 export type {
   CatalogAdmin,
   CatalogChange,
+  DatatableInfo,
   RoleInfo,
 } from './datatable/admin/catalog_admin.js';
 export type { Directory, MembershipKind, Principals } from './datatable/catalog/directory.js';

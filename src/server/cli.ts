@@ -10,10 +10,12 @@ import {
 import {
   type GlobalOptions,
   output,
+  table,
   withCatalog,
   workspaceArg,
   workspaceOf,
 } from './cli_context.js';
+import { addDatatableCommands } from './cli_datatables.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
@@ -101,6 +103,7 @@ export function buildCli(): Command {
   addTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
+  addDatatableCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles
@@ -110,14 +113,16 @@ export function buildCli(): Command {
       withCatalog(async ({ datatables }) => {
         const list = await datatables.admin.listRoles(ws());
         output(program, list, (rows) =>
-          rows.length === 0
-            ? '(no roles)'
-            : rows
-                .map(
-                  (r) =>
-                    `${r.name}\t${r.datatable}\t${r.enabled ? 'enabled' : 'disabled'}\t${r.tenants.join(',') || '-'}`,
-                )
-                .join('\n'),
+          table(
+            ['ROLE', 'DATATABLE', 'STATE', 'TENANTS'],
+            rows.map((r) => [
+              r.name,
+              r.datatable,
+              r.enabled ? 'enabled' : 'disabled',
+              r.tenants.join(',') || '-',
+            ]),
+            '(no roles)',
+          ),
         );
       }),
     );
@@ -219,6 +224,24 @@ export function buildCli(): Command {
       );
   }
 
+  groups
+    .command('list <group>')
+    .description('list the members of a group (or folder with --folder)')
+    .option('--folder', 'a folder rather than a group')
+    .action((group: string, options: { folder?: boolean }) =>
+      withCatalog(async ({ datatables }) => {
+        const kind = options.folder ? 'folder' : 'group';
+        const members = await datatables.admin.listMembers(ws(), kind, group);
+        output(program, members, (list) =>
+          table(
+            ['MEMBER'],
+            list.map((email) => [email]),
+            `(no members of ${kind} ${group})`,
+          ),
+        );
+      }),
+    );
+
   const logins = program
     .command('logins')
     .description('wm_set_ logins (one per distinct role set)');
@@ -228,14 +251,16 @@ export function buildCli(): Command {
     .action(() =>
       withCatalog(async ({ datatables }) => {
         output(program, await datatables.listLogins(), (rows) =>
-          rows.length === 0
-            ? '(no set logins)'
-            : rows
-                .map(
-                  (r) =>
-                    `${r.login}\t${r.roles.join(',')}\t${r.hasRow ? 'recorded' : 'ORPHAN'}\t${r.canLogin ? 'login' : 'nologin'}`,
-                )
-                .join('\n'),
+          table(
+            ['LOGIN', 'ROLES', 'ROW', 'CAN_LOGIN'],
+            rows.map((r) => [
+              r.login,
+              r.roles.join(','),
+              r.hasRow ? 'recorded' : 'ORPHAN',
+              r.canLogin ? 'login' : 'nologin',
+            ]),
+            '(no set logins)',
+          ),
         );
       }),
     );
@@ -281,9 +306,11 @@ export function buildCli(): Command {
       if (!response.ok) throw new Error(`the server answered ${response.status}`);
       const stats = (await response.json()) as Record<string, unknown>;
       output(program, stats, (value) =>
-        Object.entries(value)
-          .map(([key, count]) => `${key}\t${String(count)}`)
-          .join('\n'),
+        table(
+          ['COUNTER', 'VALUE'],
+          Object.entries(value).map(([key, count]) => [key, String(count)]),
+          '(no counters)',
+        ),
       );
     });
 

@@ -20,6 +20,19 @@ export function output<T>(program: Command, value: T, render: (value: T) => stri
   process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${render(value)}\n`);
 }
 
+/**
+ * A list for people: a header row, then one tab-separated row per item (scripts that cut
+ * columns keep working; `--json` is the stable form), or `empty` when there is none.
+ */
+export function table(
+  headers: readonly string[],
+  rows: readonly string[][],
+  empty: string,
+): string {
+  if (rows.length === 0) return empty;
+  return [headers, ...rows].map((row) => row.join('\t')).join('\n');
+}
+
 /** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
 export async function withCatalog<T>(
   fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
