@@ -20,8 +20,8 @@ import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
+import { openRedis } from './connections.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { createServerLogger, openRedis, startServer } from './runtime.js';
 import { closeOnSignals } from './shutdown.js';
 import { printWelcome } from './welcome.js';
 
@@ -70,6 +70,9 @@ export function buildCli(): Command {
         ...(options.host ? { HOST: options.host } : {}),
         ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
       });
+      // The server (Fastify, embedded PostgreSQL) loads only for `serve`: a library-only install,
+      // without those optional peers, still runs every other command and --version.
+      const { createServerLogger, startServer } = await import('./runtime.js');
       const logger = createServerLogger(config);
       // Signals are handled from the start: a SIGTERM while PostgreSQL starts stops it too.
       const starting = startServer(config, logger);

@@ -3,8 +3,8 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { createDatatables, type Datatables, type Logger } from '../index.js';
 import { readConfig, type ServerConfig } from './config.js';
+import { loadSecretKey, openDatabase } from './connections.js';
 import { WORKSPACE_RE } from './http_schemas.js';
-import { loadSecretKey, openDatabase } from './runtime.js';
 import { migrateServer } from './server_migrations.js';
 
 // What every CLI command shares: output, the catalog connection, argument checks.

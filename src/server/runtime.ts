@@ -1,8 +1,3 @@
-import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { pino } from 'pino';
 import {
@@ -20,9 +15,9 @@ import {
 } from '../index.js';
 import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
+import { loadSecretKey, openDatabase, openRedis } from './connections.js';
 import { DEMO_WORKSPACE, seedDemo } from './demo.js';
 import { EmbedKeys } from './embed_keys.js';
-import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
@@ -32,6 +27,8 @@ import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
 import { redisReadiness } from './store_readiness.js';
 import { ApiTokens, JobTokens } from './tokens.js';
+
+export { loadSecretKey, openDatabase, openRedis } from './connections.js';
 
 /**
  * pino, pretty on a TTY; identities, tokens, passwords and args are redacted wherever they
@@ -78,35 +75,6 @@ export function createServerLogger(
   const stream = pino.destination({ dest: destination, sync: false, minLength: 4096 });
   setInterval(() => stream.flush(), 250).unref();
   return pino(options, stream);
-}
-
-/** The secret key from config, else the one generated into the data folder on first start. */
-export async function loadSecretKey(config: ServerConfig): Promise<string> {
-  if (config.secretKey !== null) return config.secretKey;
-  const file = join(config.dataDir, 'secret.key');
-  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
-  await mkdir(config.dataDir, { recursive: true, mode: 0o711 });
-  const key = randomBytes(32).toString('hex');
-  await writeFile(file, `${key}\n`, { mode: 0o600, flag: 'wx' }).catch(
-    async (err: { code?: string }) => {
-      if (err.code !== 'EEXIST') throw err;
-    },
-  );
-  return (await readFile(file, 'utf8')).trim();
-}
-
-/** The database URL from config, else an embedded PostgreSQL under the data folder. */
-export async function openDatabase(
-  config: ServerConfig,
-  logger: Logger,
-): Promise<{ url: string; embedded: EmbeddedPostgresHandle | null }> {
-  if (config.databaseUrl !== null) return { url: config.databaseUrl, embedded: null };
-  const embedded = await startEmbeddedPostgres(
-    join(config.dataDir, 'pg'),
-    config.embeddedPgPort,
-    logger,
-  );
-  return { url: embedded.url, embedded };
 }
 
 export interface RunningServer {
@@ -281,19 +249,4 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     await close();
     throw err;
   }
-}
-
-/** The Redis client (single node or Cluster) `REDIS_URL` names. */
-export function openRedis(config: ServerConfig): Redis | Cluster {
-  const url = config.redisUrl!;
-  if (!config.redisCluster)
-    return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-  const nodes = url.split(',').map((entry) => {
-    const parsed = new URL(entry.includes('://') ? entry : `redis://${entry}`);
-    return { host: parsed.hostname, port: Number(parsed.port || 6379) };
-  });
-  return new Cluster(nodes, {
-    enableOfflineQueue: false,
-    redisOptions: { maxRetriesPerRequest: 1 },
-  });
 }
