@@ -24,9 +24,11 @@ export type {
   FingerprintTracking,
   SettledFingerprint,
 } from './connector/fingerprint.js';
+export { withDatatableClient } from './connector/with_datatable_client.js';
 export type {
   CatalogAdmin,
   CatalogChange,
+  DatatableInfo,
   RoleInfo,
 } from './datatable/admin/catalog_admin.js';
 export type { Directory, MembershipKind, Principals } from './datatable/catalog/directory.js';
@@ -194,3 +196,11 @@ export type {
 } from './stores/store.js';
 export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
 export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';
+export type {
+  RawViewerCacheOptions,
+  ViewerCache,
+  ViewerCacheDatatables,
+  ViewerFunction,
+  ViewerRun,
+} from './viewer_cache/viewer_cache.js';
+export { createViewerCache } from './viewer_cache/viewer_cache.js';

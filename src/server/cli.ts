@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import {
   InvalidationUnsupportedError,
@@ -9,18 +11,21 @@ import { addAgentTokenCommands, runAgentWorker } from './cli_agents.js';
 import {
   type GlobalOptions,
   output,
+  table,
   withCatalog,
   workspaceArg,
   workspaceOf,
 } from './cli_context.js';
+import { addDatatableCommands } from './cli_datatables.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 import { readConfig } from './config.js';
+import { openRedis } from './connections.js';
 import { DEMO_WORKSPACE } from './demo.js';
-import { createServerLogger, exitOnFatal, openRedis, startServer } from './runtime.js';
+import { createServerLogger, exitOnFatal } from './server_logger.js';
+import { closeOnSignals } from './shutdown.js';
 import { printWelcome } from './welcome.js';
-import { startWorker } from './worker.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
 const EXIT_FAILED = 1;
@@ -46,7 +51,10 @@ export function buildCli(): Command {
         .default(DEMO_WORKSPACE)
         .argParser(workspaceArg),
     )
-    .showHelpAfterError()
+    .version(packageVersion(), '-V, --version', 'print the version')
+    // Usage errors are one line with a code and a hint (main below), not commander's message
+    // followed by the whole help; help and --version still print as commander writes them.
+    .configureOutput({ writeErr: () => {}, outputError: () => {} })
     .exitOverride();
   const ws = () => program.opts<GlobalOptions>().workspace;
 
@@ -80,23 +88,27 @@ export function buildCli(): Command {
         ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
         ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
       });
+      // The server (Fastify, embedded PostgreSQL) loads only for `serve`: a library-only install,
+      // without those optional peers, still runs every other command and --version.
+      const { startServer } = await import('./runtime.js');
       const logger = createServerLogger(config);
       exitOnFatal(logger);
-      const server = await startServer(config, logger);
-      printWelcome(
-        process.stdout,
-        server.url,
-        server.demoTokens,
-        program.opts<GlobalOptions>().json === true,
-      );
-      await new Promise<void>((resolve) => {
-        const stop = (signal: string) => {
-          logger.info({ signal }, 'shutting down');
-          server.close().then(resolve, resolve);
-        };
-        process.once('SIGINT', () => stop('SIGINT'));
-        process.once('SIGTERM', () => stop('SIGTERM'));
-      });
+      // Signals are handled from the start: a SIGTERM while PostgreSQL starts stops it too.
+      const starting = startServer(config, logger);
+      const stopped = closeOnSignals(async () => {
+        const server = await starting.catch(() => null);
+        await server?.close();
+      }, logger);
+      const started = await Promise.race([starting, stopped.then(() => null)]);
+      if (started !== null) {
+        printWelcome(
+          process.stdout,
+          started.url,
+          started.demoTokens,
+          program.opts<GlobalOptions>().json === true,
+        );
+        await stopped;
+      }
       // Log lines are written asynchronously: write what is left before the process exits.
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     });
@@ -141,6 +153,8 @@ export function buildCli(): Command {
         if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
           throw new TypeError('--port must be a port number');
         const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
+        // Loaded on demand, as the server is: other commands need neither.
+        const { startWorker } = await import('./worker.js');
         const logger = createServerLogger(config);
         exitOnFatal(logger);
         const running = await startWorker(config, logger, {
@@ -177,6 +191,7 @@ export function buildCli(): Command {
   addAgentTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
+  addDatatableCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
   roles
@@ -186,14 +201,16 @@ export function buildCli(): Command {
       withCatalog(async ({ datatables }) => {
         const list = await datatables.admin.listRoles(ws());
         output(program, list, (rows) =>
-          rows.length === 0
-            ? '(no roles)'
-            : rows
-                .map(
-                  (r) =>
-                    `${r.name}\t${r.datatable}\t${r.enabled ? 'enabled' : 'disabled'}\t${r.tenants.join(',') || '-'}`,
-                )
-                .join('\n'),
+          table(
+            ['ROLE', 'DATATABLE', 'STATE', 'TENANTS'],
+            rows.map((r) => [
+              r.name,
+              r.datatable,
+              r.enabled ? 'enabled' : 'disabled',
+              r.tenants.join(',') || '-',
+            ]),
+            '(no roles)',
+          ),
         );
       }),
     );
@@ -295,6 +312,24 @@ export function buildCli(): Command {
       );
   }
 
+  groups
+    .command('list <group>')
+    .description('list the members of a group (or folder with --folder)')
+    .option('--folder', 'a folder rather than a group')
+    .action((group: string, options: { folder?: boolean }) =>
+      withCatalog(async ({ datatables }) => {
+        const kind = options.folder ? 'folder' : 'group';
+        const members = await datatables.admin.listMembers(ws(), kind, group);
+        output(program, members, (list) =>
+          table(
+            ['MEMBER'],
+            list.map((email) => [email]),
+            `(no members of ${kind} ${group})`,
+          ),
+        );
+      }),
+    );
+
   const logins = program
     .command('logins')
     .description('wm_set_ logins (one per distinct role set)');
@@ -304,14 +339,16 @@ export function buildCli(): Command {
     .action(() =>
       withCatalog(async ({ datatables }) => {
         output(program, await datatables.listLogins(), (rows) =>
-          rows.length === 0
-            ? '(no set logins)'
-            : rows
-                .map(
-                  (r) =>
-                    `${r.login}\t${r.roles.join(',')}\t${r.hasRow ? 'recorded' : 'ORPHAN'}\t${r.canLogin ? 'login' : 'nologin'}`,
-                )
-                .join('\n'),
+          table(
+            ['LOGIN', 'ROLES', 'ROW', 'CAN_LOGIN'],
+            rows.map((r) => [
+              r.login,
+              r.roles.join(','),
+              r.hasRow ? 'recorded' : 'ORPHAN',
+              r.canLogin ? 'login' : 'nologin',
+            ]),
+            '(no set logins)',
+          ),
         );
       }),
     );
@@ -336,11 +373,16 @@ export function buildCli(): Command {
     .option('--path <path>', "one runnable's path (default: the whole workspace)")
     .action(async (options: { path?: string }) => {
       const workspace = workspaceOf(program);
-      await invalidateCache(workspace, options.path);
-      output(program, { invalidated: { workspace, path: options.path ?? null } }, () =>
+      const { prefix, receivers } = await invalidateCache(workspace, options.path);
+      const what =
         options.path === undefined
-          ? `invalidated workspace ${workspace}`
-          : `invalidated ${options.path} in ${workspace}`,
+          ? `workspace ${workspace}`
+          : `${options.path} in workspace ${workspace}`;
+      output(
+        program,
+        { invalidated: { workspace, path: options.path ?? null }, prefix, receivers },
+        () =>
+          `invalidated ${what} (prefix ${JSON.stringify(prefix)}; heard by ${receivers} server process${receivers === 1 ? '' : 'es'})`,
       );
     });
   cache
@@ -352,9 +394,11 @@ export function buildCli(): Command {
       if (!response.ok) throw new Error(`the server answered ${response.status}`);
       const stats = (await response.json()) as Record<string, unknown>;
       output(program, stats, (value) =>
-        Object.entries(value)
-          .map(([key, count]) => `${key}\t${String(count)}`)
-          .join('\n'),
+        table(
+          ['COUNTER', 'VALUE'],
+          Object.entries(value).map(([key, count]) => [key, String(count)]),
+          '(no counters)',
+        ),
       );
     });
 
@@ -366,7 +410,10 @@ export function buildCli(): Command {
  * (or reads it from Redis if its bus is down). Without Redis each server's cache lives in its
  * own memory, out of reach of another process: refused.
  */
-async function invalidateCache(workspace: string, path: string | undefined): Promise<void> {
+async function invalidateCache(
+  workspace: string,
+  path: string | undefined,
+): Promise<{ prefix: string; receivers: number }> {
   const config = readConfig();
   if (config.redisUrl === null) {
     throw new InvalidationUnsupportedError(
@@ -388,36 +435,71 @@ async function invalidateCache(workspace: string, path: string | undefined): Pro
         resolve();
       });
     });
-    await publishInvalidation(redis, path === undefined ? { workspace } : { workspace, path }, {
-      prefix: config.redisPrefix,
-      timeoutMs,
-    });
+    const { receivers } = await publishInvalidation(
+      redis,
+      path === undefined ? { workspace } : { workspace, path },
+      { prefix: config.redisPrefix, timeoutMs },
+    );
+    if (receivers === 0) {
+      // Said "invalidated" and exited 0 before, while every server kept hitting: nobody heard it.
+      throw new ViewerCacheError(
+        `no server heard the invalidation under prefix ${JSON.stringify(config.redisPrefix)}: no running server shares this REDIS_URL and VIEWER_CACHE_REDIS_PREFIX (the epoch was bumped: a server that starts later sees it)`,
+        { code: 'E_INVALIDATION_UNHEARD' },
+      );
+    }
+    return { prefix: config.redisPrefix, receivers };
   } finally {
     redis.disconnect();
   }
 }
 
+/** The package's version, from its package.json (two folders up from src/server and dist/server). */
+function packageVersion(): string {
+  const file = fileURLToPath(new URL('../../package.json', import.meta.url));
+  return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
+}
+
 /** Runs the CLI; resolves to the process exit code. */
 export async function main(argv: string[]): Promise<number> {
   const program = buildCli();
+  // --json holds even when the command line fails to parse (options may not be read yet).
+  const json = () => program.opts<GlobalOptions>().json === true || argv.includes('--json');
   try {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
     if (err instanceof CommanderError) {
-      return err.exitCode === 0 ||
+      if (
+        err.exitCode === 0 ||
         err.code === 'commander.helpDisplayed' ||
         err.code === 'commander.version'
-        ? 0
-        : EXIT_USAGE;
+      )
+        return 0;
+      // One line, a stable code and where to look; commander's own text minus its "error: ".
+      const message = err.message.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ');
+      const hint = `run ${usageHint(argv)} --help`;
+      if (json()) {
+        process.stdout.write(`${JSON.stringify({ error: { code: 'E_USAGE', message, hint } })}\n`);
+      } else {
+        process.stderr.write(`error: E_USAGE: ${message} (${hint})\n`);
+      }
+      return EXIT_USAGE;
     }
     const code = err instanceof ViewerCacheError ? err.code : 'E_FAILED';
     const message = err instanceof Error ? err.message : String(err);
-    if (program.opts<GlobalOptions>().json) {
+    if (json()) {
       process.stdout.write(`${JSON.stringify({ error: { code, message } })}\n`);
     } else {
       process.stderr.write(`error: ${code}: ${message}\n`);
     }
     return EXIT_FAILED;
   }
+}
+
+/** `viewer-cache` and the command words before the first option (`viewer-cache roles create`). */
+function usageHint(argv: string[]): string {
+  const words = argv.slice(2).filter((word) => /^[a-z][a-z-]*$/.test(word));
+  const command = buildCli().commands.find((c) => c.name() === words[0]);
+  const sub = command?.commands.find((c) => c.name() === words[1]);
+  return ['viewer-cache', command?.name(), sub?.name()].filter(Boolean).join(' ');
 }

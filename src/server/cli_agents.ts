@@ -6,7 +6,7 @@ import { checkAgentEnvironment, startAgentWorker } from './agent_worker.js';
 import { DEMO_APPS, loadApps } from './apps_loader.js';
 import { output, withCatalog, workspaceOf } from './cli_context.js';
 import { readConfig } from './config.js';
-import { createServerLogger } from './runtime.js';
+import { createServerLogger } from './server_logger.js';
 
 function groupArg(value: string): string {
   if (!GROUP_RE.test(value)) {

@@ -3,8 +3,8 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { createDatatables, type Datatables, type Logger } from '../index.js';
 import { readConfig, type ServerConfig } from './config.js';
+import { loadSecretKey, openDatabase } from './connections.js';
 import { WORKSPACE_RE } from './http_schemas.js';
-import { loadSecretKey, openDatabase } from './runtime.js';
 import { migrateServer } from './server_migrations.js';
 
 // What every CLI command shares: output, the catalog connection, argument checks.
@@ -18,6 +18,19 @@ export interface GlobalOptions {
 export function output<T>(program: Command, value: T, render: (value: T) => string): void {
   const { json } = program.opts<GlobalOptions>();
   process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${render(value)}\n`);
+}
+
+/**
+ * A list for people: a header row, then one tab-separated row per item (scripts that cut
+ * columns keep working; `--json` is the stable form), or `empty` when there is none.
+ */
+export function table(
+  headers: readonly string[],
+  rows: readonly string[][],
+  empty: string,
+): string {
+  if (rows.length === 0) return empty;
+  return [headers, ...rows].map((row) => row.join('\t')).join('\n');
 }
 
 /** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */

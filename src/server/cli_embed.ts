@@ -5,7 +5,7 @@ import {
   embedAudience,
   ViewerCacheError,
 } from '../index.js';
-import { output, withCatalog, workspaceOf } from './cli_context.js';
+import { output, table, withCatalog, workspaceOf } from './cli_context.js';
 import { EmbedKeys } from './embed_keys.js';
 
 /**
@@ -74,14 +74,17 @@ export function addEmbedKeyCommands(program: Command): void {
     .action(() =>
       withCatalog(async ({ pool }) => {
         output(program, await new EmbedKeys(pool).list(ws()), (rows) =>
-          rows.length === 0
-            ? '(no embed keys)'
-            : rows
-                .map(
-                  (r) =>
-                    `${r.kid}\t${r.alg}\t${r.createdAt}\t${r.revokedAt === null ? 'active' : `revoked ${r.revokedAt}`}\t${r.label ?? '-'}`,
-                )
-                .join('\n'),
+          table(
+            ['KID', 'ALG', 'CREATED', 'STATE', 'LABEL'],
+            rows.map((r) => [
+              r.kid,
+              r.alg,
+              r.createdAt,
+              r.revokedAt === null ? 'active' : `revoked ${r.revokedAt}`,
+              r.label ?? '-',
+            ]),
+            '(no embed keys)',
+          ),
         );
       }),
     );

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { output, withCatalog, workspaceOf } from './cli_context.js';
+import { output, table, withCatalog, workspaceOf } from './cli_context.js';
 
 /**
  * `governing add|remove|list`: tables whose rows govern who sees what (an entitlements table).
@@ -53,9 +53,11 @@ export function addGoverningCommands(program: Command): void {
     .action(() =>
       withCatalog(async ({ datatables }) => {
         output(program, await datatables.admin.listGoverningTables(ws()), (rows) =>
-          rows.length === 0
-            ? '(no governing tables)'
-            : rows.map((r) => `${r.datatable}\t${r.table}\t${r.viewerColumn ?? '-'}`).join('\n'),
+          table(
+            ['DATATABLE', 'TABLE', 'VIEWER_COLUMN'],
+            rows.map((r) => [r.datatable, r.table, r.viewerColumn ?? '-']),
+            '(no governing tables)',
+          ),
         );
       }),
     );

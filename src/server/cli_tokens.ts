@@ -6,7 +6,7 @@ import {
   ViewerCacheError,
   validateRoleName,
 } from '../index.js';
-import { emailArg, output, withCatalog, workspaceOf } from './cli_context.js';
+import { emailArg, output, table, withCatalog, workspaceOf } from './cli_context.js';
 import { ApiTokens } from './tokens.js';
 
 /**
@@ -90,14 +90,17 @@ export function addTokenCommands(program: Command): void {
           roles: scopeNames(row.roleScope, roles),
         }));
         output(program, rows, (list) =>
-          list.length === 0
-            ? '(no tokens)'
-            : list
-                .map(
-                  (r) =>
-                    `${r.id}\t${r.email}\t${r.createdAt}\t${r.label ?? '-'}\t${r.roles?.join(',') ?? 'all roles'}`,
-                )
-                .join('\n'),
+          table(
+            ['ID', 'USER', 'CREATED', 'LABEL', 'ROLES'],
+            list.map((r) => [
+              r.id,
+              r.email,
+              r.createdAt,
+              r.label ?? '-',
+              r.roles?.join(',') ?? 'all roles',
+            ]),
+            '(no tokens)',
+          ),
         );
       }),
     );

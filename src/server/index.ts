@@ -12,4 +12,6 @@ export type {
 } from './apps.js';
 export { defineApps } from './apps.js';
 export { DEMO_APPS, loadApps } from './apps_loader.js';
+export type { EmbeddedPostgresHandle } from './embedded_postgres.js';
+export { startEmbeddedPostgres } from './embedded_postgres.js';
 export type { ScheduleDefinition } from './scheduler.js';

@@ -99,8 +99,9 @@ export class Outbox {
   }
 
   /**
-   * `recipient`'s own deliveries in `workspace` within the retention, newest first (at most
-   * {@link OUTBOX_PAGE}).
+   * `recipient`'s own deliveries in `workspace` within the retention, newest delivery first
+   * (at most {@link OUTBOX_PAGE}). By delivery time, not id: the ids of one batch's concurrent
+   * deliveries are not in delivery order, and a page cut by id dropped the newest.
    */
   async list(workspace: string, recipient: string): Promise<OutboxItem[]> {
     const { rows } = await this.pool.query<{
@@ -116,7 +117,7 @@ export class Outbox {
          from ${SERVER_SCHEMA}.outbox
         where workspace = $1 and recipient = $2
           and created_at >= now() - $3 * interval '1 millisecond'
-        order by id desc limit ${OUTBOX_PAGE}`,
+        order by created_at desc, id desc limit ${OUTBOX_PAGE}`,
       [workspace, recipient, this.retentionMs],
     );
     return rows.map((row) => ({

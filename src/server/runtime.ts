@@ -1,12 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
-import { pino } from 'pino';
 import {
-  type CacheStore,
   createDatatables,
   createEmbedVerifier,
   createExecutor,
@@ -15,20 +8,17 @@ import {
   type Executor,
   InvalidJobError,
   type Logger,
-  MemoryCacheStore,
   migrateQueue,
-  RedisCacheStore,
   SharedJobTokens,
-  TwoTierCacheStore,
   withResultCache,
 } from '../index.js';
 import { agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
 import { AgentTokens } from './agent_tokens.js';
 import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
+import { loadSecretKey, openCacheStore, openDatabase, openQueueRedis } from './connections.js';
 import { DEMO_WORKSPACE, seedDemo } from './demo.js';
 import { EmbedKeys } from './embed_keys.js';
-import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
 import { buildHttpApp } from './http.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
@@ -36,103 +26,16 @@ import { Outbox } from './outbox.js';
 import { PerRecipientRuns } from './per_recipient_runs.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
-import { redisReadiness } from './store_readiness.js';
 import { ApiTokens, JobTokens } from './tokens.js';
 
-/**
- * pino, pretty on a TTY; identities, tokens, passwords and args are redacted wherever they
- * appear. JSON lines are written asynchronously and in batches (Fastify's two synchronous
- * lines per request were 22 % of a cached request's CPU): at most 250 ms late, and
- * `logger.flush()` on shutdown (or pino's exit hook) writes what is left.
- */
-export function createServerLogger(
-  config: Pick<ServerConfig, 'logLevel' | 'prettyLogs'>,
-  /** File descriptor or path of the JSON lines (benchmarks write to /dev/null). @default 1 */
-  destination: number | string = 1,
-): Logger {
-  const options = {
-    level: config.logLevel,
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        // An agent's query carries the job's token beside its own (http_agents.ts).
-        'req.headers["x-viewer-cache-job-token"]',
-        'password',
-        '*.password',
-        'token',
-        '*.token',
-        'args',
-        '*.args',
-        'email',
-        '*.email',
-        'viewer',
-        '*.viewer',
-      ],
-      censor: '[redacted]',
-    },
-  };
-  if (config.prettyLogs) {
-    return pino({
-      ...options,
-      transport: {
-        target: 'pino-pretty',
-        options: { colorize: true, translateTime: 'SYS:HH:MM:ss' },
-      },
-    });
-  }
-  // Buffered up to 4 KiB per write, and flushed at least every 250 ms so a quiet server's lines
-  // still show promptly. Each async write costs a syscall and a thread-pool round trip (7 % of
-  // a cached request's CPU when every line was its own write).
-  const stream = pino.destination({ dest: destination, sync: false, minLength: 4096 });
-  setInterval(() => stream.flush(), 250).unref();
-  return pino(options, stream);
-}
-
-/**
- * On an uncaught exception (or an unhandled rejection, which Node 20 turns into one): the stack
- * to stderr as Node writes it, one `fatal` line in the JSON log (the error's name and code,
- * never its message, which may echo a runnable's rows), then exit 1. Buffered lines are not
- * lost: the 'exit' event runs pino's flush of its buffer (`test/unit/server_logger.test.ts`).
- */
-export function exitOnFatal(logger: Logger): void {
-  process.once('uncaughtException', (err: Error & { code?: unknown }) => {
-    try {
-      process.stderr.write(`${err?.stack ?? String(err)}\n`);
-      logger.fatal({ err: { name: err?.name, code: err?.code } }, 'fatal error; exiting');
-    } finally {
-      process.exit(1);
-    }
-  });
-}
-
-/** The secret key from config, else the one generated into the data folder on first start. */
-export async function loadSecretKey(config: ServerConfig): Promise<string> {
-  if (config.secretKey !== null) return config.secretKey;
-  const file = join(config.dataDir, 'secret.key');
-  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
-  await mkdir(config.dataDir, { recursive: true, mode: 0o711 });
-  const key = randomBytes(32).toString('hex');
-  await writeFile(file, `${key}\n`, { mode: 0o600, flag: 'wx' }).catch(
-    async (err: { code?: string }) => {
-      if (err.code !== 'EEXIST') throw err;
-    },
-  );
-  return (await readFile(file, 'utf8')).trim();
-}
-
-/** The database URL from config, else an embedded PostgreSQL under the data folder. */
-export async function openDatabase(
-  config: ServerConfig,
-  logger: Logger,
-): Promise<{ url: string; embedded: EmbeddedPostgresHandle | null }> {
-  if (config.databaseUrl !== null) return { url: config.databaseUrl, embedded: null };
-  const embedded = await startEmbeddedPostgres(
-    join(config.dataDir, 'pg'),
-    config.embeddedPgPort,
-    logger,
-  );
-  return { url: embedded.url, embedded };
-}
+export {
+  loadSecretKey,
+  openCacheStore,
+  openDatabase,
+  openQueueRedis,
+  openRedis,
+} from './connections.js';
+export { createServerLogger, exitOnFatal } from './server_logger.js';
 
 export interface RunningServer {
   readonly url: string;
@@ -309,6 +212,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
       accessLog: config.accessLog,
+      bodyLimit: config.bodyLimitBytes,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
       ...(storeState ? { storeState } : {}),
@@ -337,82 +241,4 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     await close();
     throw err;
   }
-}
-
-/**
- * The cache store: Redis (with a memory tier in front unless VIEWER_CACHE_MEMORY_TIER_BYTES=0)
- * when REDIS_URL is set, else in process; the same for a server and a worker.
- */
-export function openCacheStore(
-  config: ServerConfig,
-  logger: Logger,
-  cleanup: (() => Promise<unknown>)[],
-): {
-  store: CacheStore;
-  storeState?: () => Promise<string>;
-  /** The invalidation bus's state (two tiers only). */
-  busState?: () => 'confirmed' | 'unconfirmed';
-} {
-  let store: CacheStore;
-  let storeState: (() => Promise<string>) | undefined;
-  let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
-  if (config.redisUrl !== null) {
-    const redis = openRedis(config);
-    redis.on('error', (err: Error) => logger.debug({ err: err.message }, 'redis connection error'));
-    cleanup.push(() => redis.quit());
-    const shared = { redis, prefix: config.redisPrefix, commandTimeout: config.redisTimeoutMs };
-    if (config.memoryTierBytes > 0) {
-      // Recent entries in memory in front of Redis, and `cache invalidate` heard by everyone.
-      const twoTier = new TwoTierCacheStore({
-        ...shared,
-        memory: { maxBytes: config.memoryTierBytes },
-      });
-      cleanup.push(() => twoTier.close());
-      store = twoTier;
-      busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
-    } else {
-      store = new RedisCacheStore(shared);
-    }
-    storeState = redisReadiness(redis, config.redisTimeoutMs);
-  } else {
-    store = new MemoryCacheStore();
-  }
-
-  return {
-    store,
-    ...(storeState === undefined ? {} : { storeState }),
-    ...(busState === undefined ? {} : { busState }),
-  };
-}
-
-/** The queue's Redis (jobs on workers): BullMQ's blocking reads need unlimited retries. */
-export function openQueueRedis(config: ServerConfig, logger: Logger): Redis | Cluster {
-  if (config.redisUrl === null) {
-    throw new TypeError(
-      'jobs on workers (VIEWER_CACHE_EXECUTION=queue, viewer-cache worker) need REDIS_URL',
-    );
-  }
-  const client = config.redisCluster
-    ? new Cluster(clusterNodes(config.redisUrl), { redisOptions: { maxRetriesPerRequest: null } })
-    : new Redis(config.redisUrl, { maxRetriesPerRequest: null });
-  client.on('error', (err: Error) => logger.debug({ err: err.message }, 'queue redis error'));
-  return client;
-}
-
-function clusterNodes(url: string): { host: string; port: number }[] {
-  return url.split(',').map((entry) => {
-    const parsed = new URL(entry.includes('://') ? entry : `redis://${entry}`);
-    return { host: parsed.hostname, port: Number(parsed.port || 6379) };
-  });
-}
-
-/** The Redis client (single node or Cluster) `REDIS_URL` names. */
-export function openRedis(config: ServerConfig): Redis | Cluster {
-  const url = config.redisUrl!;
-  if (!config.redisCluster)
-    return new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-  return new Cluster(clusterNodes(url), {
-    enableOfflineQueue: false,
-    redisOptions: { maxRetriesPerRequest: 1 },
-  });
 }

@@ -14,9 +14,9 @@ import {
 } from '../index.js';
 import { DEMO_APPS, loadApps } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
+import { loadSecretKey, openCacheStore, openQueueRedis } from './connections.js';
 import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
-import { loadSecretKey, openCacheStore, openQueueRedis } from './runtime.js';
 
 export interface WorkerCommandOptions {
   /** Jobs run at once. @default 1 */

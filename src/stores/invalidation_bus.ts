@@ -231,19 +231,23 @@ export class RedisInvalidationBus implements CacheInvalidation {
 /**
  * Invalidates `scope` for every process using `redis` under `prefix` (what `invalidate` on a
  * two-tier store does), from a process that keeps no cache itself: the CLI, a deploy hook.
+ * Resolves to how many subscribers heard the publish (on a Cluster: those of the node that
+ * served it); 0 means no process under `prefix` was listening — the epoch moved all the same,
+ * so a process that starts or resubscribes later reads it.
  */
 export async function publishInvalidation(
   redis: Redis | Cluster,
   scope: InvalidationScope,
   options: { prefix?: string; timeoutMs?: number } = {},
-): Promise<void> {
+): Promise<{ receivers: number }> {
   const prefix = options.prefix ?? 'vc:';
   const field = fieldOf(scope);
-  await bounded(
+  const [, , receivers] = await bounded(
     bump(redis, `${prefix}epochs`, `${prefix}invalidations`, field),
     'invalidate',
     options.timeoutMs ?? 2000,
   );
+  return { receivers };
 }
 
 async function bump(
@@ -251,16 +255,16 @@ async function bump(
   hashKey: string,
   channel: string,
   field: string,
-): Promise<[id: string, epoch: number]> {
-  const [id, epoch] = (await client.eval(
+): Promise<[id: string, epoch: number, receivers: number]> {
+  const [id, epoch, receivers] = (await client.eval(
     BUMP_SCRIPT,
     1,
     hashKey,
     newIncarnation(),
     field,
     channel,
-  )) as [string, number];
-  return [String(id), Number(epoch)];
+  )) as [string, number, number];
+  return [String(id), Number(epoch), Number(receivers)];
 }
 
 function bounded<T>(command: Promise<T>, op: string, timeoutMs: number): Promise<T> {
@@ -379,6 +383,6 @@ const BUMP_SCRIPT = `
 redis.call('HSETNX', KEYS[1], '_id', ARGV[1])
 local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 local id = redis.call('HGET', KEYS[1], '_id')
-redis.call('PUBLISH', ARGV[3], id .. '\\n' .. n .. '\\n' .. ARGV[2])
-return {id, n}
+local heard = redis.call('PUBLISH', ARGV[3], id .. '\\n' .. n .. '\\n' .. ARGV[2])
+return {id, n, heard}
 `;

@@ -19,7 +19,7 @@ import {
   removeGoverningTable,
 } from '../catalog/governing.js';
 import type { PropagationWatch } from '../catalog/propagation_acks.js';
-import { LIST_MEMBERS } from '../catalog/sql/catalog_reads.js';
+import { LIST_DATATABLES, LIST_MEMBERS } from '../catalog/sql/catalog_reads.js';
 import * as sql from '../catalog/sql/catalog_writes.js';
 import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
 import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
@@ -30,6 +30,15 @@ import { isRoleNameTaken } from '../pg/sqlstate.js';
 /** What every change returns: the catalog generation it produced. */
 export interface CatalogChange {
   readonly generation: number;
+}
+
+/** A data table as `listDatatables` reports it. */
+export interface DatatableInfo {
+  readonly name: string;
+  /** The Postgres database it lives in. */
+  readonly database: string;
+  /** The role plain `datatable://NAME` connects as; null refuses such references. */
+  readonly defaultRole: string | null;
 }
 
 export interface RoleInfo {
@@ -359,6 +368,21 @@ export class CatalogAdmin {
 
   listGoverningTables(workspace: string): Promise<GoverningTableInfo[]> {
     return listGoverningTables(this.#pool, workspace);
+  }
+
+  /** The workspace's data tables: name, Postgres database, default role (or null). */
+  async listDatatables(workspace: string): Promise<DatatableInfo[]> {
+    checkWorkspace(workspace);
+    const { rows } = await this.#pool.query<{
+      name: string;
+      database: string;
+      default_role: string | null;
+    }>(LIST_DATATABLES, [workspace]);
+    return rows.map((row) => ({
+      name: row.name,
+      database: row.database,
+      defaultRole: row.default_role,
+    }));
   }
 
   async listRoles(workspace: string): Promise<RoleInfo[]> {

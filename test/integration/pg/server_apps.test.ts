@@ -106,8 +106,11 @@ describe('serve --apps', () => {
     }
   }, 120_000);
 
-  it('VIEWER_CACHE_APPS is the same as --apps', async () => {
-    const { server, url } = await serve([], { VIEWER_CACHE_APPS: HELLO });
+  it('VIEWER_CACHE_APPS is the same as --apps; VIEWER_CACHE_BODY_LIMIT_BYTES bounds bodies', async () => {
+    const { server, url } = await serve([], {
+      VIEWER_CACHE_APPS: HELLO,
+      VIEWER_CACHE_BODY_LIMIT_BYTES: '2048',
+    });
     try {
       const { token } = await runCliJson<{ token: string }>(base, [
         '-w',
@@ -122,6 +125,12 @@ describe('serve --apps', () => {
         body: {},
       });
       expect(hook.json).toMatchObject({ result: { hello: 'world' } });
+      const big = await httpRequest(url, 'POST', '/api/w/acme/hooks/hello-hook', {
+        token,
+        body: { name: 'x'.repeat(3000) },
+      });
+      expect(big.status).toBe(413);
+      expect(big.json).toMatchObject({ error: { code: 'E_PAYLOAD_TOO_LARGE' } });
     } finally {
       await stop(server);
     }

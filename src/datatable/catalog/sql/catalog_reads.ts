@@ -19,6 +19,14 @@ export const READ_ROLES = `
 
 export const READ_MEMBERSHIPS = 'select workspace, email, kind, name from viewer_cache.membership';
 
+/** A workspace's data tables, with the name of their default role (null: none). */
+export const LIST_DATATABLES = `
+  select d.name, d.database, r.name as default_role
+    from viewer_cache.datatable d
+    left join viewer_cache.role r on r.oid = d.default_role
+   where d.workspace = $1
+   order by d.name`;
+
 /** The members of one group or folder, in a stable order. */
 export const LIST_MEMBERS = `
   select email from viewer_cache.membership

@@ -1,0 +1,201 @@
+import { randomUUID } from 'node:crypto';
+import type { ResultCacheStats } from '../cache/cache_report.js';
+import { type CachedExecutor, withResultCache } from '../cache/result_cache.js';
+import type { RawSealOptions } from '../cache/result_cache_options.js';
+import type { DatatableConnector } from '../connector/datatable_connector.js';
+import type { FingerprintFn } from '../connector/fingerprint.js';
+import { type Duration, resolveDuration } from '../duration.js';
+import { createExecutor, type Executor, type RunContext } from '../executor/executor.js';
+import { type Job, type JobExecutor, type RunOrigin, recordViewerIdentity } from '../job.js';
+import { ComputedResult, type JobResult } from '../job_result.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { MemoryCacheStore } from '../stores/memory_store.js';
+import type { CacheStore, InvalidationScope } from '../stores/store.js';
+
+/** One of your functions: args in, a JSON-serialisable result out. */
+export type ViewerFunction = (
+  args: Record<string, unknown>,
+  /** The run: its viewer, `ctx.datatable(name, { as: 'viewer' })` when `datatables` is given, … */
+  ctx: RunContext,
+) => unknown;
+
+/**
+ * What a data-table layer gives the wrapper: connections for the job (`ctx.datatable`, or
+ * `withDatatableClient` in your executor) and the authorization fingerprint for the key.
+ * `createDatatables()` returns one.
+ */
+export interface ViewerCacheDatatables extends DatatableConnector {
+  readonly fingerprint: FingerprintFn;
+}
+
+export interface RawViewerCacheOptions {
+  /** Your functions by path. Give this or `executor`. */
+  functions?: Readonly<Record<string, ViewerFunction>>;
+  /**
+   * Your own executor: a function of the {@link Job} resolving to the result value (the wrapper
+   * derives the bytes), or a {@link JobExecutor}. `job.perms.endUserEmail` is the viewer;
+   * `withDatatableClient(datatables, job, 'datatable://main?as=viewer', fn)` lends it their
+   * connection. Give this or `functions`.
+   */
+  executor?: ((job: Job) => unknown) | JobExecutor;
+  /**
+   * TTL of a run that gives none. Without it such a run is not cached, and it is said: counted
+   * in `untimedRuns` and warned once per path (`VIEWER_CACHE_NO_TTL`).
+   * @default none
+   */
+  ttl?: Duration;
+  /** @default new MemoryCacheStore() */
+  store?: CacheStore;
+  /**
+   * The data-table layer (`createDatatables()`): your functions get `ctx.datatable`, and the key
+   * carries the viewer's current roles, so a role change applies on their next run.
+   * @default none (no data tables; the key carries the viewer only)
+   */
+  datatables?: ViewerCacheDatatables;
+  /** Seal entries and key names (see `withResultCache`); use it on a shared store. @default unsealed */
+  seal?: RawSealOptions;
+  /** @default 'default' */
+  workspace?: string;
+  /** Who jobs run as (`job.perms.email`) when a run does not say. @default 'app' */
+  runAs?: string;
+  /** @default silent */
+  logger?: Logger;
+}
+
+/** One run: which function, with what, for whom (the origin), for how long. */
+export interface ViewerRun {
+  path: string;
+  args?: Record<string, unknown>;
+  /** Who is asking: the viewer is recorded from it alone (`recordViewer`). */
+  origin: RunOrigin;
+  /** @default the wrapper's `ttl` */
+  ttl?: Duration;
+  /** @default the wrapper's `workspace` */
+  workspace?: string;
+  /** @default the wrapper's `runAs` */
+  runAs?: string;
+  /**
+   * With `executor`: the version of the code at `path`; a new version never shares entries
+   * with the old. (With `functions` it is a hash of the function's source.) @default '1'
+   */
+  version?: string;
+}
+
+/** Your functions (or executor) behind a per-viewer result cache. */
+export interface ViewerCache {
+  /** Runs (or answers from the cache) for the origin's viewer. */
+  run(run: ViewerRun): Promise<JobResult>;
+  /** Runs that gave no TTL while the wrapper has none: not cached. */
+  readonly untimedRuns: number;
+  readonly stats: Readonly<ResultCacheStats>;
+  /** The cached executor underneath (events, `inFlight`). */
+  readonly cached: CachedExecutor;
+  /** See `CachedExecutor.invalidate` (needs a two-tier store). */
+  invalidate(scope: InvalidationScope): Promise<void>;
+  /** Closes the store (a Redis store closes only a connection it opened itself). */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * The cache around *your* code in three concepts — the function, the origin (who asks), the
+ * TTL: the wrapper builds the job, records the viewer from the origin, derives the bytes and
+ * keys the entry (`withResultCache` underneath, with every guarantee it gives).
+ */
+export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
+  if (options === null || typeof options !== 'object') throw new TypeError('options are required');
+  const { functions, executor } = options;
+  if ((functions === undefined) === (executor === undefined)) {
+    throw new TypeError('give exactly one of functions (a map of async functions) or executor');
+  }
+  if (
+    executor !== undefined &&
+    typeof executor !== 'function' &&
+    typeof (executor as Partial<JobExecutor>)?.run !== 'function'
+  ) {
+    throw new TypeError('executor must be a function (job) => result, or have a run(job) method');
+  }
+  const defaultTtlMs = options.ttl === undefined ? null : resolveDuration(options.ttl, 'ttl');
+  const workspace = options.workspace ?? 'default';
+  const runAs = options.runAs ?? 'app';
+  const logger = options.logger ?? silentLogger;
+  const inner: Executor | null =
+    functions === undefined
+      ? null
+      : createExecutor({
+          runnables: Object.fromEntries(
+            Object.entries(functions).map(([path, fn]) => {
+              if (typeof fn !== 'function')
+                throw new TypeError(`functions[${path}] must be a function`);
+              return [path, { fn }];
+            }),
+          ),
+          ...(options.datatables === undefined ? {} : { datatables: options.datatables }),
+          logger,
+        });
+  const store = options.store ?? new MemoryCacheStore();
+  const cached = withResultCache(inner ?? asJobExecutor(executor!), {
+    store,
+    ...(options.datatables === undefined ? {} : { fingerprint: options.datatables.fingerprint }),
+    ...(options.seal === undefined ? {} : { seal: options.seal }),
+    logger,
+  });
+  const warned = new Set<string>();
+  let untimedRuns = 0;
+
+  /** The TTL in seconds, or undefined (counted, warned once per path). */
+  const ttlOf = (run: ViewerRun): number | undefined => {
+    const ms = run.ttl === undefined ? defaultTtlMs : resolveDuration(run.ttl, 'ttl');
+    if (ms !== null && ms > 0) return ms / 1000;
+    untimedRuns++;
+    if (!warned.has(run.path)) {
+      warned.add(run.path);
+      const message = `viewer-cache: runs of ${run.path} give no ttl and the cache has none: not cached (give ttl to the run or to createViewerCache)`;
+      logger.warn({ path: run.path }, message);
+      process.emitWarning(message, { code: 'VIEWER_CACHE_NO_TTL' });
+    }
+    return undefined;
+  };
+
+  const jobOf = (run: ViewerRun): Job => {
+    const cacheTtlS = ttlOf(run);
+    const ws = run.workspace ?? workspace;
+    const email = run.runAs ?? runAs;
+    if (inner !== null) {
+      return inner.createJob({
+        workspace: ws,
+        path: run.path,
+        args: run.args ?? {},
+        runAs: email,
+        origin: run.origin,
+        ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
+      });
+    }
+    return {
+      id: randomUUID(),
+      workspace: ws,
+      runnable: { path: run.path, hash: run.version ?? '1' },
+      args: run.args ?? {},
+      perms: { email, ...recordViewerIdentity(run.origin) },
+      ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
+    };
+  };
+
+  return {
+    run: (run) => cached.run(jobOf(run)),
+    get untimedRuns() {
+      return untimedRuns;
+    },
+    stats: cached.stats,
+    cached,
+    invalidate: (scope) => cached.invalidate(scope),
+    close: () => store.close?.() ?? Promise.resolve(),
+    [Symbol.asyncDispose]: () => store.close?.() ?? Promise.resolve(),
+  };
+}
+
+/** A function of the job becomes an executor whose result bytes are the value's JSON. */
+function asJobExecutor(executor: ((job: Job) => unknown) | JobExecutor): JobExecutor {
+  if (typeof executor !== 'function') return executor;
+  return { run: async (job) => new ComputedResult(job.id, await executor(job)) };
+}

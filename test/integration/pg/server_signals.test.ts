@@ -1,0 +1,122 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../helpers/free_port.js';
+import { ROOT, ServerProcess, serverEnv } from '../../helpers/server_process.js';
+
+// An operator's habits: SIGTERM (what systemd, Docker and Kubernetes send) stops `npm start`
+// exactly as SIGINT does — server and embedded PostgreSQL gone, exit 0 — and either signal
+// stops the server within 10 s even with its PostgreSQL killed underneath or its Redis hung.
+
+let dir: string;
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'viewer-cache-signals-'));
+  // As root, embedded PostgreSQL runs as the OS user `postgres`, which must enter the folder.
+  await chmod(dir, 0o711);
+  env = serverEnv({
+    VIEWER_CACHE_DATA_DIR: dir,
+    VIEWER_CACHE_PG_PORT: String(await freePort()),
+    VIEWER_CACHE_SCHEDULE_MS: '86400000',
+    HOST: '127.0.0.1',
+  });
+  delete env['DATABASE_URL'];
+  delete env['REDIS_URL'];
+});
+
+afterAll(async () => {
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+});
+
+/** The embedded postmaster's pid (first line of postmaster.pid). */
+async function postmasterPid(): Promise<number> {
+  return Number((await readFile(join(dir, 'pg/data/postmaster.pid'), 'utf8')).split('\n')[0]);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Resolves when a JSON log line of `child` has `msg`. */
+function logLine(child: ChildProcess, msg: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (line.includes(`"msg":"${msg}`)) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`exited (${code}) before logging ${msg}`)));
+  });
+}
+
+const exited = (child: ChildProcess) =>
+  new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+
+describe('stopping the server', () => {
+  it('SIGTERM to `npm start` stops the server and its embedded PostgreSQL, exit 0', async () => {
+    const child = spawn('npm', ['start'], {
+      cwd: ROOT,
+      env: { ...env, PORT: String(await freePort()) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exit = exited(child);
+    await logLine(child, 'Server listening');
+    const pg = await postmasterPid();
+    expect(alive(pg)).toBe(true);
+    child.kill('SIGTERM');
+    expect(await exit).toBe(0);
+    // The server's process is gone with npm: PostgreSQL, its child, is stopped (not orphaned).
+    expect(alive(pg)).toBe(false);
+  }, 180_000);
+
+  it('SIGINT stops it within 10 s, exit 0, with its PostgreSQL killed underneath', async () => {
+    const server = new ServerProcess({ ...env, PORT: String(await freePort()) });
+    await server.ready;
+    process.kill(await postmasterPid(), 'SIGKILL');
+    const started = Date.now();
+    server.signal('SIGINT');
+    const { code } = await server.closed;
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(code).toBe(0);
+  }, 180_000);
+
+  it('SIGTERM stops it within 10 s, exit 0, with its Redis hung (SIGSTOP)', async () => {
+    const redisPort = await freePort();
+    const redis = spawn(
+      'redis-server',
+      ['--port', String(redisPort), '--save', '', '--appendonly', 'no'],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    await new Promise<void>((resolve) =>
+      createInterface({ input: redis.stdout! }).on('line', (line) => {
+        if (line.includes('Ready to accept connections')) resolve();
+      }),
+    );
+    try {
+      const server = new ServerProcess({
+        ...env,
+        PORT: String(await freePort()),
+        REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+      });
+      await server.ready;
+      redis.kill('SIGSTOP');
+      const started = Date.now();
+      server.signal('SIGTERM');
+      const { code } = await server.closed;
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(code).toBe(0);
+    } finally {
+      redis.kill('SIGCONT');
+      redis.kill('SIGKILL');
+    }
+  }, 180_000);
+});
