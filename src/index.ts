@@ -184,6 +184,7 @@ export { SharedJobTokens } from './queue/shared_job_tokens.js';
 export { publishInvalidation, RedisInvalidationBus } from './stores/invalidation_bus.js';
 export type { RawMemoryCacheStoreOptions } from './stores/memory_store.js';
 export { MemoryCacheStore } from './stores/memory_store.js';
+export { pathTag } from './stores/path_tag.js';
 export type { RawRedisCacheStoreOptions } from './stores/redis_store.js';
 export { RedisCacheStore } from './stores/redis_store.js';
 export type {

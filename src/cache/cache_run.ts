@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Job, RunOptions } from '../job.js';
+import { pathTag } from '../stores/path_tag.js';
 import type { EntryCodec } from './cache_entry.js';
 import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
 
@@ -16,6 +17,8 @@ export class CacheRun {
     readonly ttlMs: number,
     /** What the wrapped executor is handed (the dispatcher for child jobs). */
     readonly passDown: RunOptions,
+    /** The runnable's `pathTag`, handed to the store; `undefined` when it cannot use one. */
+    readonly tag: string | undefined,
   ) {}
 }
 
@@ -29,6 +32,7 @@ const DIGEST_MEMO_ENTRIES = 4096;
 interface NamedDigest {
   readonly digest: KeyDigest;
   readonly key: string;
+  readonly tag: string | undefined;
 }
 
 /** Names runs: the canonical key input, its digest (keyed when sealing) and the store key. */
@@ -42,8 +46,12 @@ export class CacheRuns {
    */
   readonly #digests = new LRUCache<string, NamedDigest>({ max: DIGEST_MEMO_ENTRIES });
 
-  constructor(codec: EntryCodec) {
+  /** Whether runs carry their runnable's tag (the store invalidates by path). */
+  readonly #tagged: boolean;
+
+  constructor(codec: EntryCodec, tagged: boolean) {
     this.#codec = codec;
+    this.#tagged = tagged;
   }
 
   /**
@@ -55,10 +63,15 @@ export class CacheRuns {
     let named = this.#digests.get(input);
     if (named === undefined) {
       const digest = this.#codec.digest(input);
-      // The workspace is the input's second element, so the memoised name is this input's.
-      named = { digest, key: keyName(job.workspace, digest) };
+      // The workspace and path are the input's second and third elements, so the memoised
+      // name and tag are this input's. A hit whose input is memoised computes neither.
+      named = {
+        digest,
+        key: keyName(job.workspace, digest),
+        tag: this.#tagged ? pathTag(job.workspace, job.runnable.path) : undefined,
+      };
       this.#digests.set(input, named);
     }
-    return new CacheRun(job, named.key, named.digest, fingerprint, ttlMs, passDown);
+    return new CacheRun(job, named.key, named.digest, fingerprint, ttlMs, passDown, named.tag);
   }
 }

@@ -35,6 +35,7 @@ export class OpenedTier {
    * Keeps `payload` (just opened or just computed) until the earlier of `ttlMs` from `now` and
    * its `expiresAt`. The memory tier drops an entry once *more* than its TTL has passed; the
    * entry itself is expired from `expiresAt` on: one millisecond less keeps the two in step.
+   * `tag` (the runnable's `pathTag`) lets a path invalidation drop it alone.
    */
   keep(
     key: string,
@@ -43,6 +44,7 @@ export class OpenedTier {
     payload: Uint8Array,
     ttlMs: number,
     now: number,
+    tag: string | undefined,
   ): void {
     const ttl = Math.floor(Math.min(ttlMs, expiresAt - now)) - 1;
     if (!(ttl >= 1)) {
@@ -50,7 +52,7 @@ export class OpenedTier {
       void this.#memory.delete(key);
       return;
     }
-    void this.#memory.set(key, openedEntry(digest, expiresAt, payload), ttl);
+    void this.#memory.set(key, openedEntry(digest, expiresAt, payload), ttl, tag);
   }
 
   drop(key: string): void {

@@ -100,7 +100,9 @@ class ResultCache implements CachedExecutor {
     this.#breaker = new StoreBreaker(resolved.storeRestMs, this.#logger, this.#now);
     this.#codec =
       resolved.sealSecret === null ? plainEntries : new SealedEntries(resolved.sealSecret);
-    this.#runs = new CacheRuns(this.#codec);
+    // Runs carry their runnable's tag only when the store invalidates (by path): its memory
+    // tier then drops just the invalidated runnable's entries. Decided here, not per call.
+    this.#runs = new CacheRuns(this.#codec, this.#invalidation !== null);
   }
 
   invalidate(scope: InvalidationScope): Promise<void> {
@@ -195,7 +197,7 @@ class ResultCache implements CachedExecutor {
     try {
       // Promise.resolve is free for the native promise a store returns, and keeps a store that
       // answers with a plain value or a thenable working as it did under `await`.
-      read = Promise.resolve(this.#store.get(run.key));
+      read = Promise.resolve(this.#store.get(run.key, run.tag));
     } catch (err) {
       read = Promise.reject(err);
     }
@@ -225,6 +227,7 @@ class ResultCache implements CachedExecutor {
             payload,
             Number.POSITIVE_INFINITY,
             now,
+            run.tag,
           );
         }
         this.#report.hit(run.job);
@@ -367,8 +370,8 @@ class ResultCache implements CachedExecutor {
     try {
       const now = this.#now();
       const entry = this.#codec.encode(run.digest, now + ttlMs, json);
-      this.#opened?.keep(key, run.digest, now + ttlMs, json, ttlMs, now);
-      await this.#store.set(key, entry, ttlMs);
+      this.#opened?.keep(key, run.digest, now + ttlMs, json, ttlMs, now, run.tag);
+      await this.#store.set(key, entry, ttlMs, run.tag);
     } catch (err) {
       // Neither tier keeps what the shared one refused: processes must not disagree for a TTL.
       this.#opened?.drop(key);

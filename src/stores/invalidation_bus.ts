@@ -33,7 +33,7 @@ export class RedisInvalidationBus implements CacheInvalidation {
   readonly #channel: string;
   readonly #timeoutMs: number;
   readonly #heartbeatMs: number;
-  readonly #dropped: (workspace: string) => void;
+  readonly #dropped: (workspace: string, path?: string) => void;
   #view: EpochView | null = null;
   /**
    * Bumps heard while the hash is being loaded: a bump made after the load read the hash must
@@ -54,8 +54,11 @@ export class RedisInvalidationBus implements CacheInvalidation {
     prefix: string;
     timeoutMs: number;
     heartbeatMs: number;
-    /** Called with a workspace whose entries were invalidated (drop what memory holds of it). */
-    dropped: (workspace: string) => void;
+    /**
+     * Called with what was invalidated, a workspace or one runnable's path in it (drop what
+     * memory holds of it). The path is the one the message carries (the hash field's own text).
+     */
+    dropped: (workspace: string, path?: string) => void;
   }) {
     this.#client = options.client;
     this.#hashKey = `${options.prefix}epochs`;
@@ -184,8 +187,8 @@ export class RedisInvalidationBus implements CacheInvalidation {
         view.raise(field, epoch);
       }
     }
-    const workspace = workspaceOfField(field);
-    if (workspace !== null) this.#dropped(workspace);
+    const scope = parseField(field);
+    if (scope !== null) this.#dropped(scope.workspace, scope.path);
   }
 
   /**
@@ -344,10 +347,6 @@ function parseField(field: string): { workspace: string; path?: string } | null 
     return { workspace: field.slice(2, nul), path: field.slice(nul + 1) };
   }
   return null;
-}
-
-function workspaceOfField(field: string): string | null {
-  return parseField(field)?.workspace ?? null;
 }
 
 function newIncarnation(): string {

@@ -13,6 +13,12 @@ import type { CacheStore } from './store.js';
  */
 export const ENTRY_OVERHEAD = 512;
 
+/**
+ * Bytes a tagged entry costs beyond {@link ENTRY_OVERHEAD}: its slot in the key → tag map and
+ * in its tag's key set (two hash-table entries, the set itself shared by the tag's entries).
+ */
+export const TAG_OVERHEAD = 96;
+
 /** What an entry counts against `maxBytes`. */
 export function entryCost(key: string, value: Uint8Array): number {
   return ENTRY_OVERHEAD + key.length + value.byteLength + (value.byteLength >>> 6);
@@ -44,6 +50,14 @@ export class MemoryCacheStore implements CacheStore {
   readonly shared = false;
   readonly #lru: LRUCache<string, Uint8Array>;
   readonly #maxEntryBytes: number;
+  /**
+   * The tag each tagged entry was set with, and the entries of each tag: what a path
+   * invalidation drops by ({@link deleteTag}). Kept in step by the LRU's `dispose`, which runs
+   * whenever an entry leaves (evicted, expired on read, replaced, deleted, cleared). Reads never
+   * touch them: the hit path is the LRU lookup alone.
+   */
+  readonly #tagOf = new Map<string, string>();
+  readonly #byTag = new Map<string, Set<string>>();
 
   constructor(options: RawMemoryCacheStoreOptions = {}) {
     const maxSize = resolveByteSize(options.maxBytes ?? '64mb', 'maxBytes');
@@ -69,6 +83,7 @@ export class MemoryCacheStore implements CacheStore {
       sizeCalculation: (value, key) => entryCost(key, value),
       // TTLs are checked lazily on read; no timer per entry.
       ttlAutopurge: false,
+      dispose: (_value, key) => this.#untag(key),
       ...(now ? { perf: { now: () => now() + offset }, ttlResolution: 0 } : {}),
     });
   }
@@ -89,13 +104,56 @@ export class MemoryCacheStore implements CacheStore {
     for (const key of doomed) this.#lru.delete(key);
   }
 
-  async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
+  /**
+   * Drops every entry set with `tag`, and, when `untaggedPrefix` is given, every entry set
+   * *without* a tag whose key starts with it (a writer that did not say which runnable an entry
+   * is of: dropped as its whole workspace would be). Tagged entries cost no pass over the keys;
+   * the pass is made only while untagged entries are held.
+   */
+  deleteTag(tag: string, untaggedPrefix?: string): void {
+    const keys = this.#byTag.get(tag);
+    // Each delete disposes, which edits the set: iterate a copy.
+    if (keys !== undefined) for (const key of [...keys]) this.#lru.delete(key);
+    if (untaggedPrefix === undefined || this.#lru.size <= this.#tagOf.size) return;
+    const doomed: string[] = [];
+    for (const key of this.#lru.keys()) {
+      if (key.startsWith(untaggedPrefix) && !this.#tagOf.has(key)) doomed.push(key);
+    }
+    for (const key of doomed) this.#lru.delete(key);
+  }
+
+  async set(key: string, value: Uint8Array, ttlMs: number, tag?: string): Promise<void> {
     if (key.length + value.byteLength > this.#maxEntryBytes) {
       // Not stored, and an older value under the key must not outlive the newer result.
       this.#lru.delete(key);
       return;
     }
-    this.#lru.set(key, value, { ttl: Math.max(1, Math.ceil(ttlMs)) });
+    const ttl = Math.max(1, Math.ceil(ttlMs));
+    if (tag === undefined) {
+      this.#lru.set(key, value, { ttl });
+      return;
+    }
+    // Replacing an entry disposes the old one (and its tag) before this returns.
+    this.#lru.set(key, value, { ttl, size: entryCost(key, value) + TAG_OVERHEAD });
+    if (!this.#lru.has(key)) return; // refused by the LRU itself: nothing to index
+    this.#tagOf.set(key, tag);
+    let keys = this.#byTag.get(tag);
+    if (keys === undefined) {
+      keys = new Set();
+      this.#byTag.set(tag, keys);
+    }
+    keys.add(key);
+  }
+
+  /** Forgets `key`'s tag (the entry is leaving). */
+  #untag(key: string): void {
+    const tag = this.#tagOf.get(key);
+    if (tag === undefined) return;
+    this.#tagOf.delete(key);
+    const keys = this.#byTag.get(tag);
+    if (keys === undefined) return;
+    keys.delete(key);
+    if (keys.size === 0) this.#byTag.delete(tag);
   }
 
   async delete(key: string): Promise<void> {

@@ -5,10 +5,17 @@
  * identify a viewer's entry and values hold their rows.
  */
 export interface CacheStore {
-  /** The bytes stored under `key`, or `null`. Rejects when the store is unreachable. */
-  get(key: string): Promise<Uint8Array | null>;
-  /** Stores `value` under `key` for `ttlMs` milliseconds (> 0). */
-  set(key: string, value: Uint8Array, ttlMs: number): Promise<void>;
+  /**
+   * The bytes stored under `key`, or `null`. Rejects when the store is unreachable.
+   *
+   * `tag`, when given, is the `pathTag(workspace, path)` of the entry's runnable: a store that keeps what
+   * it reads in process may index it by the tag, so that a path invalidation drops only that
+   * runnable's entries. It is opaque and keyed per process: keep it in process memory, never in
+   * a key name, a log or another process. A store may ignore it.
+   */
+  get(key: string, tag?: string): Promise<Uint8Array | null>;
+  /** Stores `value` under `key` for `ttlMs` milliseconds (> 0); `tag` as for {@link get}. */
+  set(key: string, value: Uint8Array, ttlMs: number, tag?: string): Promise<void>;
   /** Removes `key`; resolves whether or not it existed. */
   delete(key: string): Promise<void>;
   /** Releases connections the store opened itself (never an injected client). */
@@ -43,8 +50,11 @@ export interface StoreTiers {
 export interface MemoryTier {
   /** The bytes under `key` now, without a promise, or `null`. */
   getNow(key: string): Uint8Array | null;
-  /** Keeps `value` (its real bytes counted against the tier's bound) for `ttlMs`. */
-  set(key: string, value: Uint8Array, ttlMs: number): Promise<void>;
+  /**
+   * Keeps `value` (its real bytes counted against the tier's bound) for `ttlMs`, indexed by
+   * `tag` (see {@link CacheStore.get}) when given.
+   */
+  set(key: string, value: Uint8Array, ttlMs: number, tag?: string): Promise<void>;
   delete(key: string): Promise<void>;
 }
 

@@ -3,6 +3,7 @@ import { type Duration, resolveDuration } from '../duration.js';
 import { claimedExpiry } from './entry_header.js';
 import { RedisInvalidationBus } from './invalidation_bus.js';
 import { MemoryCacheStore, type RawMemoryCacheStoreOptions } from './memory_store.js';
+import { pathTag } from './path_tag.js';
 import { RedisCacheStore } from './redis_store.js';
 import type { InvalidatingCacheStore, StoreTiers } from './store.js';
 
@@ -30,8 +31,12 @@ export interface RawTwoTierCacheStoreOptions {
  * - A memory hit costs no round trip. A memory miss reads Redis and keeps what it found in
  *   memory, never past the expiry the entry itself carries (nor past the TTL it was set with).
  * - Writes go to both tiers. An entry the memory tier refuses (too large) is still in Redis.
- * - An invalidation drops the workspace's entries from memory in every process (correctness does
- *   not depend on that: new runs use new keys; it frees the memory at once).
+ * - An invalidation drops what it invalidates from memory in every process (correctness does not
+ *   depend on that: new runs use new keys; it frees the memory at once). A workspace's drops all
+ *   its entries; a path's only the entries tagged with that runnable's {@link pathTag} (the
+ *   result cache tags what it writes and reads), plus the workspace's untagged entries, whose
+ *   runnable the store cannot know. The tag is computed in each process from the workspace and
+ *   path the bus message already carries: nothing more about the path goes to Redis.
  */
 export class TwoTierCacheStore implements InvalidatingCacheStore {
   readonly memory: MemoryCacheStore;
@@ -58,22 +63,26 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       prefix,
       timeoutMs: resolveDuration(commandTimeout, 'commandTimeout'),
       heartbeatMs: resolveDuration(options.heartbeat ?? 1000, 'heartbeat'),
-      dropped: (workspace) => this.memory.deletePrefix(`${workspace}/`),
+      dropped: (workspace, path) => {
+        if (path === undefined) this.memory.deletePrefix(`${workspace}/`);
+        else this.memory.deleteTag(pathTag(workspace, path), `${workspace}/`);
+      },
     });
     this.tiers = Object.freeze({ memory: this.memory, shared: this.redis });
   }
 
-  get(key: string): Promise<Uint8Array | null> {
+  /** `tag` (see `CacheStore.get`) indexes what a memory miss keeps from Redis. */
+  get(key: string, tag?: string): Promise<Uint8Array | null> {
     const local = this.memory.getNow(key);
     if (local !== null) return Promise.resolve(local);
     return this.redis.get(key).then((value) => {
-      if (value !== null) this.#keep(key, value, Number.POSITIVE_INFINITY);
+      if (value !== null) this.#keep(key, value, Number.POSITIVE_INFINITY, tag);
       return value;
     });
   }
 
-  async set(key: string, value: Uint8Array, ttlMs: number): Promise<void> {
-    this.#keep(key, value, ttlMs);
+  async set(key: string, value: Uint8Array, ttlMs: number, tag?: string): Promise<void> {
+    this.#keep(key, value, ttlMs, tag);
     try {
       await this.redis.set(key, value, ttlMs);
     } catch (err) {
@@ -95,7 +104,7 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
   }
 
   /** Keeps `value` in memory until the earlier of `ttlMs` from now and its own claimed expiry. */
-  #keep(key: string, value: Uint8Array, ttlMs: number): void {
+  #keep(key: string, value: Uint8Array, ttlMs: number, tag: string | undefined): void {
     const expiresAt = claimedExpiry(value);
     // The memory tier drops an entry once *more* than its TTL has passed; the entry itself is
     // expired from `expiresAt` on. One millisecond less keeps the two in step.
@@ -111,7 +120,7 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       value.byteOffset === 0 && value.buffer.byteLength === value.byteLength
         ? value
         : Uint8Array.prototype.slice.call(value);
-    void this.memory.set(key, own, ttl);
+    void this.memory.set(key, own, ttl, tag);
   }
 }
 

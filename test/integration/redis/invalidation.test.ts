@@ -42,6 +42,7 @@ class Process {
   constructor(
     readonly name: string,
     readonly store: TwoTierCacheStore,
+    sealed = true,
   ) {
     this.inner = new CountingExecutor(async (job) => {
       const gate = this.gate;
@@ -53,7 +54,7 @@ class Process {
       }
       return { by: this.name, path: job.runnable.path, run };
     });
-    this.cache = withResultCache(this.inner, { store, seal: { secretKey } });
+    this.cache = withResultCache(this.inner, { store, seal: sealed ? { secretKey } : false });
   }
 
   /** Makes the next run wait until the returned release is called. */
@@ -67,11 +68,16 @@ class Process {
 const opened: TwoTierCacheStore[] = [];
 const proxies: TcpProxy[] = [];
 
-async function processOn(name: string, redisUrl = url, heartbeat = 1000): Promise<Process> {
+async function processOn(
+  name: string,
+  redisUrl = url,
+  heartbeat = 1000,
+  sealed = true,
+): Promise<Process> {
   const store = new TwoTierCacheStore({ redis: redisUrl, prefix, heartbeat, commandTimeout: 150 });
   opened.push(store);
   await store.invalidation.whenConfirmed();
-  return new Process(name, store);
+  return new Process(name, store, sealed);
 }
 
 afterEach(async () => {
@@ -124,6 +130,48 @@ describe('invalidate({ workspace, path? }) across processes', () => {
     expect((await b.cache.run(job('f/b'))).fromCache).toBe(true);
     expect((await b.cache.run(job('f/a', 'other'))).fromCache).toBe(true);
   });
+
+  it.each([
+    ['sealed (opened tier)', true],
+    ['unsealed (two-tier store)', false],
+  ])(
+    "a path invalidation drops only that runnable's entries from every process's memory, %s",
+    async (_, sealed) => {
+      const a = await processOn('A', url, 1000, sealed);
+      const b = await processOn('B', url, 1000, sealed);
+      const jobs = [job('f/a'), job('f/b'), job('f/a', 'other')];
+      for (const j of jobs) await a.cache.run(j);
+      for (const j of jobs) expect((await b.cache.run(j)).fromCache).toBe(true); // now in B's memory
+      // A writer that does not tag (another library, a hand-written entry): its runnable is
+      // unknown, so it goes as its workspace would.
+      await b.store.memory.set('inv/cache/untagged', new Uint8Array(8), 60_000);
+      await b.store.memory.set('other/cache/untagged', new Uint8Array(8), 60_000);
+      expect([a.store.memory.size, b.store.memory.size]).toEqual([3, 5]);
+      const before = tagOf(b);
+      await a.cache.invalidate({ workspace: 'inv', path: 'f/a' });
+      await seen(b, before);
+      // Both processes keep f/b and the other workspace's f/a; the invalidated path is gone.
+      expect(b.store.memory.getNow('inv/cache/untagged')).toBeNull();
+      expect(b.store.memory.getNow('other/cache/untagged')).not.toBeNull();
+      expect([a.store.memory.size, b.store.memory.size]).toEqual([2, 3]);
+      // What stayed is served from memory: Redis no longer holds any entry.
+      await deleteKeys(raw, `${prefix}inv/`);
+      await deleteKeys(raw, `${prefix}other/`);
+      for (const p of [a, b]) {
+        expect((await p.cache.run(job('f/b'))).fromCache).toBe(true);
+        expect((await p.cache.run(job('f/a', 'other'))).fromCache).toBe(true);
+      }
+      expect((await b.cache.run(job('f/a'))).fromCache).toBe(false);
+      expect(b.inner.calls).toBe(1);
+      // A workspace invalidation still drops the whole workspace, tagged or not.
+      await b.store.memory.set('inv/cache/untagged', new Uint8Array(8), 60_000);
+      const again = tagOf(a);
+      await b.cache.invalidate({ workspace: 'inv' });
+      await seen(a, again);
+      for (const p of [a, b]) expect(p.store.memory.getNow('inv/cache/untagged')).toBeNull();
+      expect(a.store.memory.size).toBe(1); // other/…/f/a
+    },
+  );
 
   it('the fence, one process: a run started before invalidate and finished after is never served', async () => {
     const a = await processOn('A');

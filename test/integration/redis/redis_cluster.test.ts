@@ -78,8 +78,9 @@ describe('invalidation on a Redis Cluster', () => {
     try {
       await Promise.all([a.invalidation.whenConfirmed(), b.invalidation.whenConfirmed()]);
       const inner = new CountingExecutor();
-      const cacheA = withResultCache(inner, { store: a });
-      const cacheB = withResultCache(inner, { store: b });
+      const seal = { secretKey: 'k'.repeat(64) }; // shared stores are sealed (invariant 21)
+      const cacheA = withResultCache(inner, { store: a, seal });
+      const cacheB = withResultCache(inner, { store: b, seal });
       const job = (path: string) =>
         makeJob({ workspace: 'inv', path, viewer: 'alice@example.com', cacheTtlS: 60 });
       await cacheA.run(job('f/a'));
@@ -93,6 +94,7 @@ describe('invalidation on a Redis Cluster', () => {
       await cacheA.invalidate({ workspace: 'inv', path: 'f/a' });
       await waitUntil('B hears the path bump', () => tagOf('f/a') !== before);
       expect(tagOf('f/b')).toBe(before); // the other path's epoch did not move
+      expect(b.memory.size).toBe(1); // B's memory dropped f/a's entry only
       expect((await cacheB.run(job('f/a'))).fromCache).toBe(false);
       expect((await cacheB.run(job('f/b'))).fromCache).toBe(true);
 

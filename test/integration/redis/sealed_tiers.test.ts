@@ -9,7 +9,7 @@ import {
   TwoTierCacheStore,
   withResultCache,
 } from '../../../src/index.js';
-import { entryCost } from '../../../src/stores/memory_store.js';
+import { entryCost, TAG_OVERHEAD } from '../../../src/stores/memory_store.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { CountingExecutor } from '../../helpers/counting_executor.js';
 import { makeJob } from '../../helpers/jobs.js';
@@ -126,7 +126,8 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
     // Its real bytes, counted: bytes of its own (not a slice of a shared pool).
     expect(inMemory.byteOffset).toBe(0);
     expect(inMemory.buffer.byteLength).toBe(inMemory.byteLength);
-    expect(store.memory.bytes).toBe(entryCost(key!, inMemory));
+    // Tagged with its runnable (the store invalidates by path): its index slots count too.
+    expect(store.memory.bytes).toBe(entryCost(key!, inMemory) + TAG_OVERHEAD);
     expect((await cache.run(job(alice))).fromCache).toBe(true);
   });
 
