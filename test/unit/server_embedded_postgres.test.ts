@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -56,6 +57,25 @@ describe('embedded PostgreSQL in a folder the postgres user cannot enter', () =>
     expect((refusal as Error).message).toMatch(FIX);
     expect((refusal as Error).message).toContain(home);
     expect((refusal as Error).message).not.toMatch(/\n|EACCES|spawn/);
+    // Nothing was written before the refusal: no half-made data folder to clean up.
+    expect(existsSync(dataDir)).toBe(false);
+  });
+
+  it('a closed folder on the way to the binaries does not suggest VIEWER_CACHE_DATA_DIR as the fix', async () => {
+    const { home, project } = await privateHome();
+    const refusal = await checkPostgresUserAccess(
+      [{ what: 'the PostgreSQL binaries', path: join(project, 'node_modules'), binaries: true }],
+      { uid: 2_000_000_000, gid: 2_000_000_000 },
+    ).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect((refusal as ViewerCacheError).code).toBe('E_EMBEDDED_POSTGRES');
+    expect((refusal as Error).message).toContain(home);
+    expect((refusal as Error).message).toMatch(
+      /install the project in a folder every user may enter/,
+    );
+    expect((refusal as Error).message).toMatch(/VIEWER_CACHE_DATA_DIR moves only the data/);
   });
 
   it('firstClosedFolder finds the private folder, and passes open ones', async () => {
