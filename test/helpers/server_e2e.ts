@@ -23,6 +23,10 @@ export interface E2eOptions {
   readonly redisUrl: string;
   /** This server's keys in the shared Redis. */
   readonly redisPrefix: string;
+  /** Where misses run. @default VC_TEST_EXECUTION ('agent'), else 'process' */
+  readonly execution?: 'agent' | 'process';
+  /** More variables for the agent worker process (with execution 'agent'). */
+  readonly agentEnv?: Record<string, string>;
 }
 
 /**
@@ -36,7 +40,11 @@ export class E2eServer {
    * VC_TEST_EXECUTION=agent: the server hands every miss to an agent worker process
    * (`worker --agent --demo`, no database credential), started once the server is ready.
    */
-  readonly execution = process.env['VC_TEST_EXECUTION'] === 'agent' ? 'agent' : 'process';
+  get execution(): 'agent' | 'process' {
+    return (
+      this.options.execution ?? (process.env['VC_TEST_EXECUTION'] === 'agent' ? 'agent' : 'process')
+    );
+  }
   agent: AgentProcess | undefined;
   env: NodeJS.ProcessEnv = {};
   server!: ServerProcess;
@@ -91,7 +99,11 @@ export class E2eServer {
         'default',
       ]);
       this.agent = new AgentProcess(
-        { VIEWER_CACHE_SERVER_URL: this.url, VIEWER_CACHE_AGENT_TOKEN: token },
+        {
+          VIEWER_CACHE_SERVER_URL: this.url,
+          VIEWER_CACHE_AGENT_TOKEN: token,
+          ...this.options.agentEnv,
+        },
         this.options.prefix,
       );
     }
