@@ -49,13 +49,16 @@ const payloads = async () =>
     .map((line) => JSON.parse(line) as { socket: string; token: string; path: string });
 
 type Viewer = { label: string; run: (path: string) => Promise<RunAnswer> };
-const appRun = (email: string) => async (path: string) =>
-  asRun(
-    await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
-      token: token(email),
-      body: { path },
-    }),
-  );
+/** Run requests the test sent (one at a time). */
+let sent = 0;
+const appRun = (email: string) => async (path: string) => {
+  const answer = await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+    token: token(email),
+    body: { path },
+  });
+  sent++;
+  return asRun(answer);
+};
 const VIEWERS: Viewer[] = [
   { label: 'nora (provider, North)', run: appRun(NORA) },
   { label: 'sam (provider, South)', run: appRun(SAM) },
@@ -65,14 +68,32 @@ const VIEWERS: Viewer[] = [
   { label: 'nobody (no roles)', run: appRun(NOBODY) },
   {
     label: 'an anonymous visitor',
-    run: async (path) =>
-      asRun(
-        await e2e.request('POST', `/api/w/${WS}/public/apps/clinics-public/run`, {
-          body: { path },
-        }),
-      ),
+    run: async (path) => {
+      const answer = await e2e.request('POST', `/api/w/${WS}/public/apps/clinics-public/run`, {
+        body: { path },
+      });
+      sent++;
+      return asRun(answer);
+    },
   },
 ];
+
+/** The server's access lines of run requests, in the order it answered them. */
+const RUN_LINE = /"route":"[^"]*\/run"/;
+const runLines = () => e2e.server.lines.filter((line) => RUN_LINE.test(line)).length;
+/**
+ * Requests the server's query proxy answered between its `n`-th run answer and the next (runs
+ * are sent one at a time: these are the statements of the job of run `n + 1`).
+ */
+const proxiedDuringRun = (n: number) => {
+  let runs = 0;
+  let queries = 0;
+  for (const line of e2e.server.lines) {
+    if (RUN_LINE.test(line) && ++runs > n) break;
+    if (runs === n && line.includes('"route":"/api/agent/query"')) queries++;
+  }
+  return queries;
+};
 
 /** Misses of each twin that ran on the agent, counted by the table. */
 const misses = new Map<string, number>();
@@ -106,6 +127,16 @@ beforeAll(async () => {
     await e2e.cliJson<{ token: string }>(['token', 'create', '--user', NOBODY])
   ).token;
   await e2e.ready();
+  // The demo's schedules run once at start, on the agent: the digest, the orders list, and the
+  // clinics patients of each of the five providers. Let them finish before counting requests.
+  await pollUntil(async () => {
+    const done = e2e.agent!.finished().map((f) => f.path);
+    return (
+      done.includes('f/clinics/digest') &&
+      done.includes('f/orders/list') &&
+      done.filter((p) => p === 'f/clinics/patients').length >= 5
+    );
+  }, 60_000);
 }, 180_000);
 
 afterAll(async () => {
@@ -118,6 +149,9 @@ describe('Python and DuckDB twins on an agent worker', { timeout: 120_000 }, () 
     '%s: each twin answers what its SQL twin answers, cached per viewer',
     async (_, viewer) => {
       for (const [sql, twin] of TWINS) {
+        // Every earlier run's access line is in, so the next two are the SQL twin's and this one's.
+        await pollUntil(async () => runLines() >= sent, 5000);
+        const runsBefore = runLines();
         const expected = outcomeOf(await viewer.run(sql));
         const ranBefore = e2e.agent!.finished().filter((f) => f.path === twin).length;
         const first = await viewer.run(twin);
@@ -130,6 +164,13 @@ describe('Python and DuckDB twins on an agent worker', { timeout: 120_000 }, () 
             async () => e2e.agent!.finished().filter((f) => f.path === twin).length > ranBefore,
             10_000,
           );
+        }
+        if (expected.status === 200) {
+          // Python's one statement is one request to the query proxy (the agent's socket adds
+          // none); DuckDB's copy of its one table is two (its columns, then its rows).
+          const statements = twin.endsWith('_py') ? 1 : 2;
+          await pollUntil(async () => runLines() >= runsBefore + 2, 5000);
+          expect(proxiedDuringRun(runsBefore + 1), twin).toBe(statements);
         }
         const started = await spawns();
         const finished = e2e.agent!.finished().length;
@@ -206,8 +247,8 @@ describe('Python and DuckDB twins on an agent worker', { timeout: 120_000 }, () 
           `${JSON.stringify({
             protocol: 1,
             jobToken,
-            reference: { datatable: 'clinics', role: 'DATATABLE_VIEWER_ROLE' },
-            sql: 'select 1',
+            reference: { datatable: 'clinics', role: '@viewer' },
+            sql: 'select patient_id from clinics.patients',
           })}\n`,
         );
       });
