@@ -50,4 +50,11 @@ export interface DatatableConnector {
    * the cache, so the parent's result depends on whatever the child could use.
    */
   startedChild?(job: Job, child: Job): void;
+  /**
+   * True when every statement already runs behind another query proxy (an agent worker's
+   * connector): that side bounds each one (`statement_timeout`) and resets its lease, so a
+   * local proxy in front of it (a Python job's socket) sends the statement alone — one round
+   * trip, not two. @default false
+   */
+  readonly proxied?: boolean;
 }

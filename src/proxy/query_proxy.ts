@@ -128,9 +128,13 @@ export async function runProxiedQuery(
   let timer: NodeJS.Timeout | undefined;
   try {
     // Postgres cancels the statement itself; the reset on release (RESET ALL) takes it back.
-    await lease.query("select pg_catalog.set_config('statement_timeout', $1, false)", [
-      String(limits.timeoutMs),
-    ]);
+    // Behind another proxy (an agent's connector) each statement is a lease of its own there,
+    // bounded by that proxy: a setting sent here would be reset before the statement ran.
+    if (deps.connector.proxied !== true) {
+      await lease.query("select pg_catalog.set_config('statement_timeout', $1, false)", [
+        String(limits.timeoutMs),
+      ]);
+    }
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         destroy = true;

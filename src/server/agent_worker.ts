@@ -4,6 +4,8 @@ import {
   type Job,
   type JobExecutor,
   type Logger,
+  type RawDuckdbOptions,
+  type RawPythonOptions,
   type RunnableDefinition,
   ViewerCacheError,
 } from '../index.js';
@@ -20,6 +22,13 @@ export interface AgentWorkerOptions {
   /** How long one take waits for a job (ms). @default 20000 */
   readonly waitMs?: number;
   readonly logger: Logger;
+  /**
+   * How Python runnables start here (`python3` on PATH by default). Their statements go to
+   * this agent's per-job socket and on, with the server's job token, to the query proxy.
+   */
+  readonly python?: RawPythonOptions;
+  /** Bounds of DuckDB runnables here; their copies are read through the query proxy. */
+  readonly duckdb?: RawDuckdbOptions;
 }
 
 export interface RunningAgent {
@@ -69,6 +78,8 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     // The token is the server's, issued when this agent took the job: ctx.jobToken shows it.
     jobTokens: { issue: (job) => tokens.get(job.id) ?? '', revoke: () => {} },
     logger,
+    ...(options.python === undefined ? {} : { python: options.python }),
+    ...(options.duckdb === undefined ? {} : { duckdb: options.duckdb }),
   });
   const headers = {
     authorization: `Bearer ${agentToken}`,

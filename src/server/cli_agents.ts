@@ -139,6 +139,8 @@ export async function runAgentWorker(options: {
     runnables: served.runnables,
     concurrency,
     logger,
+    // An interpreter elsewhere than python3 on PATH (a venv, a wrapper): VIEWER_CACHE_PYTHON.
+    ...(env['VIEWER_CACHE_PYTHON'] ? { python: { command: env['VIEWER_CACHE_PYTHON'] } } : {}),
   });
   logger.info({ concurrency }, 'agent worker started');
   const stop = (signal: string) => {

@@ -52,6 +52,8 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
     return parsed;
   };
   return {
+    // The server's proxy bounds and resets every statement it runs for us.
+    proxied: true,
     async viewerHolds(job, datatable, role) {
       const jobToken = options.jobTokenOf(job);
       if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');

@@ -32,6 +32,8 @@ export interface E2eOptions {
   readonly workers?: number;
   /** More environment for the server and its workers. */
   readonly env?: Record<string, string>;
+  /** More variables for the agent worker process (with execution 'agent'). */
+  readonly agentEnv?: Record<string, string>;
 }
 
 /**
@@ -120,7 +122,11 @@ export class E2eServer {
         'default',
       ]);
       this.agent = new AgentProcess(
-        { VIEWER_CACHE_SERVER_URL: this.url, VIEWER_CACHE_AGENT_TOKEN: token },
+        {
+          VIEWER_CACHE_SERVER_URL: this.url,
+          VIEWER_CACHE_AGENT_TOKEN: token,
+          ...this.options.agentEnv,
+        },
         this.options.prefix,
       );
     }
