@@ -23,6 +23,13 @@
  * DISCARD SEQUENCES, or next_lease() itself) only loses its own identity. Behind a proxy that
  * changes the client port, the MAC does not match and the functions raise (fail closed).
  *
+ * Through a transaction pooler (`transactionPooler`) a backend serves another client after every
+ * transaction, so the binding is made per transaction instead: BIND_TRANSACTION, sent in front
+ * of each transaction's first statement, sets the settings transaction-locally with a MAC that
+ * sign_transaction computes (from a short-lived token the library signed) over the backend, its
+ * client port and the transaction's start (TRANSACTION_MESSAGE, marked by a leading `t`). It is
+ * void once the transaction ends; no epoch is drawn.
+ *
  * In a policy, call them as a scalar subquery — `provider_email = (select
  * viewer_cache.viewer_email())` — so Postgres evaluates them once per query, not once per row.
  */
