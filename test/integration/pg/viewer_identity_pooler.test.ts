@@ -417,3 +417,46 @@ describe('the binding sent with the first statement of each transaction', () => 
     }
   });
 });
+
+describe('what binding every transaction costs through the pooler', () => {
+  it('the same viewer runs with the identity on and off: latency printed, rows the same', async () => {
+    const off = await fx.open({
+      loginConnection: { host: bouncer.host, port: bouncer.port },
+      transactionPooler: true,
+      viewerIdentity: false,
+    });
+    try {
+      const runnables = {
+        two: {
+          fn: async (_args: unknown, ctx: RunContext) => {
+            const db = await ctx.datatable('main', { as: 'viewer' });
+            await db.query('select 1');
+            return (await db.query('select id from orders order by id')).rows.length;
+          },
+        },
+      };
+      const on = createExecutor({ datatables: fx.datatables, runnables });
+      const without = createExecutor({ datatables: off, runnables });
+      const times: Record<'on' | 'off', number[]> = { on: [], off: [] };
+      for (let round = 0; round < 10; round++) {
+        for (const [name, exec] of [
+          ['on', on],
+          ['off', without],
+        ] as const) {
+          for (let i = 0; i < 30; i++) {
+            const started = performance.now();
+            const { value } = await runFor(exec, 'two', app(ANN));
+            times[name].push(performance.now() - started);
+            expect(value).toBeGreaterThan(0);
+          }
+        }
+      }
+      const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+      console.log(
+        `through PgBouncer, a two-statement ?as=viewer run, 300 each: p50 identity off ${(p50(times.off) * 1000).toFixed(0)} µs, on ${(p50(times.on) * 1000).toFixed(0)} µs (${(p50(times.on) / p50(times.off)).toFixed(2)}×)`,
+      );
+    } finally {
+      await off.close();
+    }
+  });
+});
