@@ -1,7 +1,7 @@
 import { ConnectFailedError, ConnectionLostError } from '../../errors.js';
 import type { JobPerms } from '../../job.js';
 import { type PooledLease, RESET_SESSION } from '../logins/pooled_lease.js';
-import { isConnectionLost } from '../pg/sqlstate.js';
+import { isConnectionLost, NO_IDENTITY, sqlstateOf } from '../pg/sqlstate.js';
 import { NEXT_LEASE } from './sql/identity.js';
 import type { ViewerIdentities, ViewerIdentity } from './viewer_identity.js';
 
@@ -102,6 +102,9 @@ export class ViewerBinding {
       },
       (err) => {
         identities.forgetIfMissing(database, err);
+        // Refused by sign_transaction: the key changed behind this process (restored,
+        // reinstalled); read it again, as a refused read does directly.
+        if (sqlstateOf(err) === NO_IDENTITY) identities.recheck(database);
         return new ConnectFailedError('could not bind the viewer to the data-table connection', {
           cause: err,
         });

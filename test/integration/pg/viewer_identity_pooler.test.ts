@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createExecutor, type Executor, type RunContext } from '../../../src/index.js';
@@ -14,6 +14,7 @@ import {
 } from '../../helpers/orders_db.js';
 import { asAdmin } from '../../helpers/pg.js';
 import { type PgBouncer, startPgBouncer } from '../../helpers/pgbouncer.js';
+import { waitUntil } from '../../helpers/wait.js';
 
 // Issue 24 §2, SPEC invariant 13 through PgBouncer in transaction mode: the viewer identity is
 // bound inside each of a run's transactions (transaction-local settings, a MAC signed for that
@@ -325,6 +326,58 @@ describe('the viewer inside Postgres, through PgBouncer in transaction mode', ()
     });
     expect(result.patients).toEqual(['p1', 'p2']);
     expect((await asViewer(BEN)).patients).toEqual(['p3']);
+  });
+});
+
+describe('the identity changed behind the process, through the pooler', () => {
+  it('a binding key changed behind the process fails runs closed until it is read again', async () => {
+    await asViewer(ANN);
+    const fresh = randomBytes(64);
+    await fx.sql.query('update viewer_cache.binding_key set inner_pad = $1, outer_pad = $2', [
+      Buffer.from(fresh.map((b) => b ^ 0x36)),
+      Buffer.from(fresh.map((b) => b ^ 0x5c)),
+    ]);
+    // sign_transaction refuses the old key's token: the run fails (never rows), and the
+    // refusal makes the process read the key again.
+    expect((await asViewer(ANN)).patients).toEqual({ refused: 'E_CONNECT_FAILED' });
+    await waitUntil('the new key is used', async () => {
+      const seen = (await asViewer(ANN)).patients;
+      if (!Array.isArray(seen)) expect(seen).toEqual({ refused: 'E_CONNECT_FAILED' });
+      return Array.isArray(seen);
+    });
+    expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
+    expect((await asViewer(BEN)).patients).toEqual(['p3']);
+  });
+
+  it('the identity functions dropped behind the process: runs fail closed, then they are installed again', async () => {
+    await asViewer(ANN);
+    await fx.sql.query(
+      `drop function viewer_cache.viewer_email(), viewer_cache.viewer_attribute(text),
+         viewer_cache.next_lease(), viewer_cache.sign_transaction(text, text, bigint, text) cascade;
+       drop sequence viewer_cache.lease_seq;
+       drop table viewer_cache.binding_key`,
+    );
+    await waitUntil('a viewer run binds again', async () => {
+      const seen = await asViewer(ANN).then(
+        (r) => r.patients,
+        (err: { code?: string }) => ({ failed: err.code }),
+      );
+      // Without the policy (dropped with the function) the table shows nothing; never BEN's.
+      if (Array.isArray(seen)) expect(seen).toEqual([]);
+      else expect(seen).toEqual({ refused: 'E_CONNECT_FAILED' });
+      const { rows } = await fx.sql.query(
+        "select count(*)::int as n from pg_proc where proname = 'sign_transaction'",
+      );
+      return rows[0]!['n'] === 1;
+    });
+    await fx.sql.query(
+      `create policy own_patients on patients for select
+         using (provider_email = (select viewer_cache.viewer_email()))`,
+    );
+    for (let i = 0; i < 4; i++) {
+      expect((await asViewer(ANN)).patients).toEqual(['p1', 'p2']);
+      expect((await asViewer(BEN)).patients).toEqual(['p3']);
+    }
   });
 });
 
