@@ -175,7 +175,12 @@ class DatatableService implements Datatables {
       });
     }
     this.#identities = options.viewerIdentity ? new ViewerIdentities(adminConfig, logger) : null;
-    this.#binding = this.#identities === null ? null : new ViewerBinding(this.#identities);
+    this.#binding =
+      this.#identities === null
+        ? null
+        : new ViewerBinding(this.#identities, {
+            perTransaction: options.transactionPooler,
+          });
     this.admin = new CatalogAdmin({
       pool: this.#pool,
       adminConfig,

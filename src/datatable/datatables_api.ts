@@ -41,11 +41,11 @@ export interface RawDatatablesOptions {
   loginConnection?: string | pg.ClientConfig;
   /**
    * `loginConnection` is a transaction-mode pooler (PgBouncer `pool_mode = transaction`):
-   * login connections then rely on nothing session-scoped. The viewer identity is bound to a
-   * backend for the life of a lease, which such a pooler cannot give, so `viewerIdentity` must
-   * be `false` (policies then tell viewers apart by role, and `viewer_cache.viewer_email()`
-   * raises); `pools.statementTimeout` is a session setting too and is refused (set it on the
-   * pooler or the database instead).
+   * login connections then rely on nothing session-scoped. The viewer identity is bound inside
+   * each of a run's transactions instead of once per lease (transaction-local, signed for that
+   * transaction). The pooler must reset every backend after each transaction
+   * (`server_reset_query_always = 1`; probed at start). `pools.statementTimeout` is a session
+   * setting and is refused (set it on the pooler or the database instead).
    * @default false
    */
   transactionPooler?: boolean;

@@ -99,13 +99,9 @@ export function resolveDatatablesOptions(options: RawDatatablesOptions): Resolve
   const viewerIdentity = Boolean(options.viewerIdentity ?? defaults.viewerIdentity);
   const transactionPooler = (options.transactionPooler ?? defaults.transactionPooler) === true;
   if (transactionPooler) {
-    // Nothing session-scoped through a transaction pooler: each statement may meet another
-    // backend. Refused at start rather than failing open per run.
-    if (viewerIdentity) {
-      throw new TypeError(
-        'transactionPooler needs viewerIdentity: false (the viewer identity is bound to one backend for a lease)',
-      );
-    }
+    // Nothing session-scoped through a transaction pooler: each transaction may meet another
+    // backend (the viewer identity is bound per transaction there). Refused at start rather
+    // than failing open per run.
     if (statementTimeoutMs > 0) {
       throw new TypeError(
         'transactionPooler cannot carry pools.statementTimeout (a session setting); set statement_timeout on the pooler or the database',

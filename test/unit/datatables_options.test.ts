@@ -77,11 +77,6 @@ describe('resolveDatatablesOptions', () => {
       /catalog\.heartbeatTimeout must be greater/,
     ],
     [
-      'a transaction pooler with the viewer identity',
-      { transactionPooler: true },
-      /transactionPooler needs viewerIdentity: false/,
-    ],
-    [
       'a transaction pooler with a statement timeout',
       { transactionPooler: true, viewerIdentity: false, pools: { statementTimeout: '5s' } },
       /transactionPooler cannot carry pools\.statementTimeout/,
@@ -103,5 +98,11 @@ describe('resolveDatatablesOptions', () => {
   it('accepts a transaction pooler without anything session-scoped', () => {
     const resolved = resolve({ transactionPooler: true, viewerIdentity: false });
     expect(resolved.viewerIdentity).toBe(false);
+  });
+
+  it('accepts a transaction pooler with the viewer identity (bound per transaction, issue 24)', () => {
+    const resolved = resolve({ transactionPooler: true });
+    expect(resolved.viewerIdentity).toBe(true);
+    expect(resolved.transactionPooler).toBe(true);
   });
 });

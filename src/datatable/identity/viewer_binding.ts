@@ -1,7 +1,7 @@
 import { ConnectFailedError, ConnectionLostError } from '../../errors.js';
 import type { JobPerms } from '../../job.js';
 import { type PooledLease, RESET_SESSION } from '../logins/pooled_lease.js';
-import { isConnectionLost } from '../pg/sqlstate.js';
+import { isConnectionLost, NO_IDENTITY, sqlstateOf } from '../pg/sqlstate.js';
 import { NEXT_LEASE } from './sql/identity.js';
 import type { ViewerIdentities, ViewerIdentity } from './viewer_identity.js';
 
@@ -12,9 +12,12 @@ import type { ViewerIdentities, ViewerIdentity } from './viewer_identity.js';
  */
 export class ViewerBinding {
   readonly #identities: ViewerIdentities;
+  /** Login connections go through a transaction pooler: bind each transaction, not the lease. */
+  readonly #perTransaction: boolean;
 
-  constructor(identities: ViewerIdentities) {
+  constructor(identities: ViewerIdentities, options: { perTransaction?: boolean } = {}) {
     this.#identities = identities;
+    this.#perTransaction = options.perTransaction === true;
   }
 
   /**
@@ -30,6 +33,11 @@ export class ViewerBinding {
     database: string,
     viewer: ViewerIdentity | null,
   ): PooledLease | Promise<PooledLease> {
+    if (this.#perTransaction) {
+      // No epoch: the pooler resets each backend after every transaction, and a binding
+      // outlives no transaction anyway (see sql/identity.ts, sign_transaction).
+      return viewer === null ? lease : this.#bindEveryTransaction(lease, database, viewer);
+    }
     this.#resetWithEpoch(lease, database);
     return viewer === null ? lease : this.#bind(lease, database, viewer);
   }
@@ -60,6 +68,50 @@ export class ViewerBinding {
           : { statement: RESET_SESSION, onDone: () => identities.left(connection) },
       async () => identities.left(connection),
     );
+  }
+
+  /**
+   * Through a transaction pooler, where each transaction may meet another backend: the viewer
+   * is bound inside each of the run's transactions, from the lent connection, signed afresh
+   * for each (see PooledLease.bindEveryTransaction). The first lease of a database in this
+   * process installs it (and reads its key) first.
+   */
+  async #bindEveryTransaction(
+    lease: PooledLease,
+    database: string,
+    identity: ViewerIdentity,
+  ): Promise<PooledLease> {
+    const identities = this.#identities;
+    if (!identities.installed(database)) {
+      try {
+        await identities.install(database);
+      } catch (err) {
+        await lease.release(true);
+        identities.forgetIfMissing(database, err);
+        throw new ConnectFailedError('could not bind the viewer to the data-table connection', {
+          cause: err,
+        });
+      }
+    }
+    lease.bindEveryTransaction(
+      () => {
+        const statement = identities.transactionBindingFor(database, identity);
+        // The key forgotten meanwhile (the schema was dropped behind us): fail closed.
+        if (statement === null) throw new ConnectFailedError('the viewer binding key is unknown');
+        return [statement];
+      },
+      (err) => {
+        identities.forgetIfMissing(database, err);
+        // Refused by sign_transaction: the key changed behind this process (restored,
+        // reinstalled); read it again, as a refused read does directly.
+        if (sqlstateOf(err) === NO_IDENTITY) identities.recheck(database);
+        return new ConnectFailedError('could not bind the viewer to the data-table connection', {
+          cause: err,
+        });
+      },
+      () => identities.recheck(database),
+    );
+    return lease;
   }
 
   /**

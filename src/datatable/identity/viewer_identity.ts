@@ -112,6 +112,25 @@ export class ViewerIdentities {
   }
 
   /**
+   * Through a transaction pooler: the statement sent in front of each transaction of a viewer's
+   * run (sql.BIND_TRANSACTION), with the viewer signed under the database's key for
+   * `TRANSACTION_TOKEN_MS` from now; Postgres turns it into a binding of that transaction only.
+   * Null until `install(database)` has read the key.
+   */
+  transactionBindingFor(database: string, identity: ViewerIdentity): LeadStatement | null {
+    const key = this.#keys.get(database);
+    if (key === undefined) return null;
+    const email = identity.email === null ? '-' : `=${identity.email}`;
+    const attributes = JSON.stringify(identity.attributes);
+    const expires = String(Date.now() + TRANSACTION_TOKEN_MS);
+    const mac = hmac(key, ['lease', expires, Buffer.byteLength(email, 'utf8'), email, attributes]);
+    return {
+      text: sql.BIND_TRANSACTION,
+      values: [email, attributes, expires, mac.toString('hex')],
+    };
+  }
+
+  /**
    * The identity schema of `database` is not what this process installed (a statement found a
    * function, sequence or schema missing: dropped or restored behind it). The next viewer lease
    * installs it again and reads the key anew.
@@ -192,6 +211,12 @@ export class ViewerIdentities {
     return pool;
   }
 }
+
+/**
+ * How long a signed transaction binding may be turned into one (it is signed afresh for every
+ * transaction): room for clock skew between this process and Postgres, little for a replay.
+ */
+const TRANSACTION_TOKEN_MS = 5 * 60_000;
 
 /** How often at most a refused identity makes this process read a database's key again. */
 const RECHECK_MS = 5_000;

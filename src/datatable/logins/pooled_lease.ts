@@ -80,6 +80,11 @@ export class PooledLease implements DatatableLease {
   #onDestroy: (() => Promise<void>) | null = null;
   /** Sent in front of the next statement (see bindBeforeFirstQuery). */
   #pendingBind: readonly LeadStatement[] | null = null;
+  /**
+   * Through a transaction pooler: the binding sent in front of the first statement of each of
+   * the run's transactions, signed afresh each time (see bindEveryTransaction).
+   */
+  #everyTransaction: (() => readonly LeadStatement[]) | null = null;
   /** The binding, sent inside a transaction the run opened and has not ended yet. */
   #openLead: readonly LeadStatement[] | null = null;
   /** The run's last statement (settled or not): the next one waits for it. */
@@ -167,6 +172,22 @@ export class PooledLease implements DatatableLease {
   }
 
   /**
+   * Through a transaction pooler, where each transaction may meet another backend: `lead()`
+   * (a binding local to one transaction) goes in front of the first statement of each of the
+   * run's transactions, in the same Sync, so it is in force for exactly that transaction and
+   * void after it. Failures as for bindBeforeFirstQuery.
+   */
+  bindEveryTransaction(
+    lead: () => readonly LeadStatement[],
+    onFailed: (err: unknown) => Error,
+    onRefused: () => void,
+  ): void {
+    this.#everyTransaction = lead;
+    this.#onBindFailed = onFailed;
+    this.#onIdentityRefused = onRefused;
+  }
+
+  /**
    * Runs one of the run's statements. Statements the runnable sends without waiting for each
    * other go out one after another: pg queues a query sent while another runs, which it
    * deprecates and pg 9 refuses.
@@ -183,7 +204,10 @@ export class PooledLease implements DatatableLease {
     const client = this.#usable();
     const config = values === undefined ? text : { text, values: [...values] };
     try {
-      const lead = this.#pendingBind;
+      // In turn, so the transaction status is that of the statement about to go out.
+      const every = this.#everyTransaction;
+      const lead =
+        every === null ? this.#pendingBind : client.getTransactionStatus() === 'I' ? every() : null;
       const result =
         lead === null
           ? await client.query(config)
@@ -288,6 +312,13 @@ export class PooledLease implements DatatableLease {
       const code = sqlstateOf(err);
       if (code !== CANNOT_RUN_IN_BLOCK && !(code === SYNTAX_ERROR && typeof config === 'string'))
         throw err;
+      if (this.#everyTransaction !== null) {
+        // A binding outside the statement's own transaction would be void for it: a statement
+        // that refuses a transaction block runs unbound (reads of the identity raise); a text of
+        // several statements runs inside a transaction of its own that carries the binding.
+        if (code === CANNOT_RUN_IN_BLOCK) return await this.#usable().query(config);
+        return await this.#severalInTransaction(config as string);
+      }
       // The statement never ran, and the binding was rolled back with it: it refuses to run
       // inside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY…), which the binding in
       // front made, or a text without parameters did not parse as one statement (it may hold
@@ -302,6 +333,30 @@ export class PooledLease implements DatatableLease {
     }
   }
 
+  /** A text of several statements, in one transaction opened with the binding in front. */
+  async #severalInTransaction(text: string): Promise<pg.QueryResult | pg.QueryResult[]> {
+    const client = this.#usable();
+    const sent = queryWithLead(client, this.#everyTransaction!(), { text: 'begin' });
+    try {
+      await sent.result;
+    } catch (err) {
+      if (sent.leadFailed() && !isConnectionLost(err)) {
+        this.#bindFailure = this.#onBindFailed!(err);
+        throw this.#bindFailure;
+      }
+      throw err;
+    }
+    try {
+      const result = await client.query(text);
+      if (client.getTransactionStatus() === 'T') await client.query('commit');
+      return result;
+    } catch (err) {
+      if (!isConnectionLost(err) && client.getTransactionStatus() !== 'I')
+        await client.query('rollback').catch(noop);
+      throw err;
+    }
+  }
+
   /**
    * Where the binding stands after the statement it was sent with: committed with it, rolled
    * back (sent again in front of the next statement), or inside a transaction the run opened.
@@ -311,6 +366,8 @@ export class PooledLease implements DatatableLease {
     lead: readonly LeadStatement[],
     result: pg.QueryResult | pg.QueryResult[] | null,
   ): void {
+    // Bound per transaction: the next transaction carries its own.
+    if (this.#everyTransaction !== null) return;
     if (client.getTransactionStatus() === 'I') {
       if (result === null || commandOf(result) === 'ROLLBACK') this.#pendingBind = lead;
     } else {

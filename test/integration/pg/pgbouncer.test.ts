@@ -5,7 +5,7 @@ import { type PgBouncer, startPgBouncer } from '../../helpers/pgbouncer.js';
 
 // Issue 10 §5: login connections through PgBouncer in transaction mode. Nothing session-scoped
 // is relied on there (the per-login lock and every repair run on the admin side); the viewer
-// identity, bound to one backend for a lease, is refused with such a pooler.
+// identity is bound inside each transaction there (viewer_identity_pooler.test.ts).
 
 const ALICE = 'alice@example.com';
 const BOB = 'bob@example.com';
@@ -104,7 +104,7 @@ describe('login connections through PgBouncer (transaction mode)', () => {
 
   it('10 processes × 8 concurrent runs: the cluster sees at most the pooler pool per login', async () => {
     // pools.size 2 below: each process holds ≤ 2 client connections for the login.
-    const footprint = async (throughPooler: boolean, count = 10) => {
+    const footprint = async (throughPooler: boolean, count = 10, viewerIdentity = false) => {
       const processes = await Promise.all(
         Array.from({ length: count }, () =>
           fx.open({
@@ -112,7 +112,7 @@ describe('login connections through PgBouncer (transaction mode)', () => {
               ? { host: bouncer.host, port: bouncer.port }
               : inject('pgAdminUrl'),
             transactionPooler: throughPooler,
-            viewerIdentity: false,
+            viewerIdentity,
             // 2 per login pool: ten processes must fit embedded Postgres' 100 connections.
             pools: { size: 2, prepareAhead: false },
           }),
@@ -138,7 +138,13 @@ describe('login connections through PgBouncer (transaction mode)', () => {
         const bouncerHeld = throughPooler
           ? 0
           : Number(pool?.sv_active ?? 0) + Number(pool?.sv_idle ?? 0);
-        return { clientSide, server: rows[0]!.n - bouncerHeld };
+        // The identity's own admin connections (installing, reading the key): not login-side.
+        const identity = await fx.sql.query<{ n: number }>(
+          `select count(*)::int as n from pg_stat_activity
+            where application_name = 'viewer-cache-identity' and datname = $1`,
+          [fx.db.name],
+        );
+        return { clientSide, server: rows[0]!.n - bouncerHeld, identityAdmin: identity.rows[0]!.n };
       } finally {
         await Promise.all(processes.map((d) => d.close()));
       }
@@ -146,6 +152,32 @@ describe('login connections through PgBouncer (transaction mode)', () => {
     const one = { direct: await footprint(false, 1), pooled: await footprint(true, 1) };
     const direct = await footprint(false);
     const pooled = await footprint(true);
+    // Issue 24 §2: the same with the viewer identity on (bound per transaction through the
+    // pooler): no connection of its own on the login side, so the same footprint.
+    const withIdentity = {
+      one: { direct: await footprint(false, 1, true), pooled: await footprint(true, 1, true) },
+      direct: await footprint(false, 10, true),
+      pooled: await footprint(true, 10, true),
+    };
+    for (const [name, f] of Object.entries({
+      '1 process, identity off, direct': one.direct,
+      '1 process, identity off, PgBouncer': one.pooled,
+      '1 process, identity on, direct': withIdentity.one.direct,
+      '1 process, identity on, PgBouncer': withIdentity.one.pooled,
+      '10 processes, identity off, direct': direct,
+      '10 processes, identity off, PgBouncer': pooled,
+      '10 processes, identity on, direct': withIdentity.direct,
+      '10 processes, identity on, PgBouncer': withIdentity.pooled,
+    })) {
+      console.log(
+        `footprint row | ${name} × 8 concurrent runs | ${f.clientSide} client | ${f.server} server | ${f.identityAdmin} identity admin`,
+      );
+    }
+    expect(withIdentity.one.direct.server).toBe(withIdentity.one.direct.clientSide);
+    expect(withIdentity.one.pooled.server).toBeLessThanOrEqual(POOL_SIZE);
+    expect(withIdentity.direct.server).toBe(withIdentity.direct.clientSide);
+    expect(withIdentity.pooled.clientSide).toBeGreaterThan(POOL_SIZE);
+    expect(withIdentity.pooled.server).toBeLessThanOrEqual(POOL_SIZE);
     expect(one.direct.server).toBe(one.direct.clientSide);
     expect(one.pooled.server).toBeLessThanOrEqual(POOL_SIZE);
     console.log(
@@ -161,7 +193,7 @@ describe('login connections through PgBouncer (transaction mode)', () => {
     );
   });
 
-  it('refuses the viewer identity (session-bound) and a session statement timeout', async () => {
+  it('refuses a session statement timeout (the viewer identity is bound per transaction)', async () => {
     const base = {
       connection: inject('pgAdminUrl'),
       secretKey: SECRET_KEY,
@@ -169,10 +201,12 @@ describe('login connections through PgBouncer (transaction mode)', () => {
       loginConnection: { host: bouncer.host, port: bouncer.port },
       transactionPooler: true,
     } as const;
-    await expect(createDatatables(base)).rejects.toThrow(/viewerIdentity: false/);
     await expect(
       createDatatables({ ...base, viewerIdentity: false, pools: { statementTimeout: '5s' } }),
     ).rejects.toThrow(/statementTimeout/);
+    // Issue 24 §2: viewerIdentity (on by default) starts through a transaction pooler.
+    const started = await createDatatables({ ...base, connection: fx.db.url });
+    await started.close();
   });
 });
 

@@ -23,6 +23,13 @@
  * DISCARD SEQUENCES, or next_lease() itself) only loses its own identity. Behind a proxy that
  * changes the client port, the MAC does not match and the functions raise (fail closed).
  *
+ * Through a transaction pooler (`transactionPooler`) a backend serves another client after every
+ * transaction, so the binding is made per transaction instead: BIND_TRANSACTION, sent in front
+ * of each transaction's first statement, sets the settings transaction-locally with a MAC that
+ * sign_transaction computes (from a short-lived token the library signed) over the backend, its
+ * client port and the transaction's start (TRANSACTION_MESSAGE, marked by a leading `t`). It is
+ * void once the transaction ends; no epoch is drawn.
+ *
  * In a policy, call them as a scalar subquery — `provider_email = (select
  * viewer_cache.viewer_email())` — so Postgres evaluates them once per query, not once per row.
  */
@@ -44,6 +51,16 @@ const RAISE_NO_IDENTITY = `raise exception 'this connection carries no viewer id
                hint = 'only a run with a viewer, connected with ?as=viewer, has one'`;
 
 /**
+ * What a transaction binding signs (see sign_transaction): the calling backend, its client port
+ * and the start of the current transaction in microseconds, then the email setting and the
+ * attributes. A copy meets another backend, or a later transaction of the same one.
+ */
+const TRANSACTION_MESSAGE = `pg_catalog.concat_ws(E'\\n', 'txn', pg_catalog.pg_backend_pid(),
+  coalesce(pg_catalog.inet_client_port()::text, ''),
+  (extract(epoch from pg_catalog.transaction_timestamp()) * 1000000)::bigint,
+  pg_catalog.octet_length(e), e, a)`;
+
+/**
  * Declarations and checks shared by the two reading functions: on success `e` holds the email
  * setting ('=' and the email, or '-' for none) and `a` the attributes' JSON text.
  */
@@ -54,22 +71,32 @@ const VERIFY_DECLARE = `
      epoch bigint;
      k record;`;
 const VERIFY = `
-     if e is null or a is null or m is null or m !~ '^[0-9a-f]{64}$' then
+     if e is null or a is null or m is null or m !~ '^t?[0-9a-f]{64}$' then
        ${RAISE_NO_IDENTITY};
      end if;
-     begin
-       epoch := pg_catalog.currval('viewer_cache.lease_seq');
-     exception when object_not_in_prerequisite_state then
-       ${RAISE_NO_IDENTITY};
-     end;
      select b.inner_pad, b.outer_pad into k from viewer_cache.binding_key b;
-     -- The MACs are compared through one more hash: the timing says nothing about the bytes.
-     if k.inner_pad is null or pg_catalog.sha256(${hmac(
-       `pg_catalog.concat_ws(E'\n', 'viewer', pg_catalog.pg_backend_pid(),
-          coalesce(pg_catalog.inet_client_port()::text, ''), epoch,
-          pg_catalog.octet_length(e), e, a)`,
-     )}) <> pg_catalog.sha256(pg_catalog.decode(m, 'hex')) then
+     if k.inner_pad is null then
        ${RAISE_NO_IDENTITY};
+     end if;
+     if pg_catalog.left(m, 1) = 't' then
+       -- A transaction binding (through a transaction pooler): valid in its own transaction only.
+       -- The MACs are compared through one more hash: the timing says nothing about the bytes.
+       if pg_catalog.sha256(${hmac(TRANSACTION_MESSAGE)}) <> pg_catalog.sha256(pg_catalog.decode(pg_catalog.substr(m, 2), 'hex')) then
+         ${RAISE_NO_IDENTITY};
+       end if;
+     else
+       begin
+         epoch := pg_catalog.currval('viewer_cache.lease_seq');
+       exception when object_not_in_prerequisite_state then
+         ${RAISE_NO_IDENTITY};
+       end;
+       if pg_catalog.sha256(${hmac(
+         `pg_catalog.concat_ws(E'\n', 'viewer', pg_catalog.pg_backend_pid(),
+            coalesce(pg_catalog.inet_client_port()::text, ''), epoch,
+            pg_catalog.octet_length(e), e, a)`,
+       )}) <> pg_catalog.sha256(pg_catalog.decode(m, 'hex')) then
+         ${RAISE_NO_IDENTITY};
+       end if;
      end if;`;
 
 export const INSTALL = [
@@ -122,6 +149,32 @@ export const INSTALL = [
      language sql volatile security definer
      set search_path = pg_catalog, pg_temp
    as $vc$ select pg_catalog.nextval('viewer_cache.lease_seq') $vc$`,
+  // Through a transaction pooler: turns a binding the library signed for the viewer (a MAC over
+  // `e`, `a` and an expiry, in ms since the epoch) into the MAC of a binding for the calling
+  // transaction (TRANSACTION_MESSAGE). Anyone may call it; without the key's MAC it raises.
+  `create or replace function viewer_cache.sign_transaction(e text, a text, expires bigint, m text)
+     returns text
+     language plpgsql volatile security definer
+     set search_path = pg_catalog, pg_temp
+   as $vc$
+   declare
+     k record;
+   begin
+     if e is null or a is null or expires is null or m is null or m !~ '^[0-9a-f]{64}$' then
+       ${RAISE_NO_IDENTITY};
+     end if;
+     select b.inner_pad, b.outer_pad into k from viewer_cache.binding_key b;
+     if k.inner_pad is null or pg_catalog.sha256(${hmac(
+       `pg_catalog.concat_ws(E'\n', 'lease', expires, pg_catalog.octet_length(e), e, a)`,
+     )}) <> pg_catalog.sha256(pg_catalog.decode(m, 'hex'))
+        or expires < (extract(epoch from pg_catalog.clock_timestamp()) * 1000)::bigint then
+       ${RAISE_NO_IDENTITY};
+     end if;
+     return 't' || pg_catalog.encode(${hmac(TRANSACTION_MESSAGE)}, 'hex');
+   end
+   $vc$`,
+  'revoke all on function viewer_cache.sign_transaction(text, text, bigint, text) from public',
+  'grant execute on function viewer_cache.sign_transaction(text, text, bigint, text) to public',
   'revoke all on function viewer_cache.next_lease() from public',
   'grant execute on function viewer_cache.next_lease() to public',
   'revoke all on function viewer_cache.viewer_email() from public',
@@ -145,3 +198,12 @@ export const NEXT_LEASE = 'select viewer_cache.next_lease() as epoch';
 export const BIND = `select pg_catalog.set_config('${SETTING.email}', $1, false),
   pg_catalog.set_config('${SETTING.attributes}', $2, false),
   pg_catalog.set_config('${SETTING.mac}', $3, false)`;
+
+/**
+ * Binds the viewer for the calling transaction only (through a transaction pooler): `$1` email
+ * setting, `$2` attributes, `$3` expiry (ms), `$4` the library's MAC over them. Transaction-local
+ * settings: void when the transaction ends, and the MAC is the transaction's own.
+ */
+export const BIND_TRANSACTION = `select pg_catalog.set_config('${SETTING.email}', $1, true),
+  pg_catalog.set_config('${SETTING.attributes}', $2, true),
+  pg_catalog.set_config('${SETTING.mac}', viewer_cache.sign_transaction($1, $2, $3::bigint, $4), true)`;
