@@ -13,6 +13,7 @@ import type { Executor, JobRequest } from '../executor/executor.js';
 import type { Job, RunOptions, RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { deleteJobRecords, insertJobRecord, sweepJobRecords } from './job_records.js';
 import {
   HEARTBEAT_TTL_MS,
@@ -199,10 +200,11 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     },
     async close() {
       clearInterval(sweep);
-      await Promise.allSettled([queue.close(), events.close()]);
-      await Promise.allSettled(
-        [producer, listener].map((c) => (c as unknown as { quit(): Promise<unknown> }).quit()),
-      );
+      // With Redis gone, BullMQ's close and a QUIT wait for it to come back (these clients retry
+      // forever): bounded, then the sockets are dropped, so a server still stops.
+      await settleWithin(new Set([queue.close(), events.close()]), CLOSE_WAIT_MS);
+      for (const client of [producer, listener])
+        (client as unknown as { disconnect(): void }).disconnect();
     },
   };
 }

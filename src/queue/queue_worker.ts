@@ -6,6 +6,7 @@ import { type Duration, resolveDuration } from '../duration.js';
 import { coerceError, QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { claimJobRecord, finishJobRecord } from './job_records.js';
 import type { QueueRedis } from './queue_executor.js';
 import {
@@ -141,6 +142,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const connection = redis.duplicate() as ConnectionOptions & {
     on(event: 'error', fn: (err: Error) => void): void;
     quit(): Promise<unknown>;
+    disconnect(): void;
     zadd(key: string, score: number, member: string): Promise<unknown>;
     zrem(key: string, member: string): Promise<unknown>;
     zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
@@ -181,8 +183,10 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
       clearInterval(beating);
       // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones.
       await worker.close();
-      await connection.zrem(beatKey, id).catch(() => {});
-      await connection.quit().catch(() => {});
+      // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
+      // and the socket dropped; a stale heartbeat expires on its own.
+      await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
+      connection.disconnect();
     },
   };
 }

@@ -17,6 +17,7 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../../src/index.js';
+import { settleWithin } from '../../src/util/settle_within.js';
 import { SECRET_KEY } from './orders_db.js';
 
 /** A queue prefix of its own (a hash tag, as in production), for one test file. */
@@ -158,8 +159,12 @@ export class QueueDeployment {
 
   async close(): Promise<void> {
     for (const close of this.#closers.reverse()) await close().catch(() => {});
-    const keys = [...(await this.dump().catch(() => new Map<string, string>())).keys()];
-    for (const key of keys) await this.redis.del(key).catch(() => {});
+    // This client retries forever: against a Redis a test has killed, the clean-up is bounded.
+    const cleanup = (async () => {
+      const keys = [...(await this.dump().catch(() => new Map<string, string>())).keys()];
+      for (const key of keys) await this.redis.del(key).catch(() => {});
+    })();
+    await settleWithin(new Set([cleanup]), 5000);
     if (this.cluster === undefined) this.redis.disconnect();
     await this.pool.end();
   }
