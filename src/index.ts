@@ -67,6 +67,7 @@ export {
   ConnectFailedError,
   ConnectionLostError,
   DatatableUnavailableError,
+  DatatableUnreachableError,
   DuckdbRefusedError,
   DuckdbUnavailableError,
   EmbedAudienceError,
@@ -100,6 +101,7 @@ export {
   RoleResolutionFailedError,
   SealRequiredError,
   StatementRefusedError,
+  StoreNotReadyError,
   StoreUnavailableError,
   UnknownDatatableError,
   UnknownRoleError,
@@ -195,8 +197,15 @@ export type {
   MemoryTier,
   StoreTiers,
 } from './stores/store.js';
-export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
-export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';
+export type {
+  OpenTwoTierStoreOptions,
+  RawTwoTierCacheStoreOptions,
+} from './stores/two_tier_store.js';
+export {
+  createTwoTierStore,
+  openTwoTierStore,
+  TwoTierCacheStore,
+} from './stores/two_tier_store.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

@@ -96,7 +96,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     cleanup.push(() => pool.end());
     await migrateServer(pool);
 
-    const { store, storeState, busState } = openCacheStore(config, logger, cleanup);
+    const { store, storeState, busState } = await openCacheStore(config, logger, cleanup);
 
     const jobTokens = new JobTokens();
     const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
