@@ -217,6 +217,18 @@ export const DatatableUnreachableError = defineError(
   503,
 );
 export type DatatableUnreachableError = InstanceType<typeof DatatableUnreachableError>;
+/**
+ * A database the reference server itself reads (its credentials: API tokens, embed keys, agent
+ * tokens) could not be reached, so a request could not be authenticated: refused (fail closed),
+ * 503, safe to retry once the database is back.
+ */
+export const DatabaseUnreachableError = defineError(
+  'E_DATABASE_UNREACHABLE',
+  'DatabaseUnreachableError',
+  "the server's database is unreachable, so credentials cannot be checked; retry once it is back",
+  503,
+);
+export type DatabaseUnreachableError = InstanceType<typeof DatabaseUnreachableError>;
 /** An admin operation on the catalog was refused (duplicate role, role in use, …). */
 export const CatalogError = defineError(
   'E_CATALOG',
@@ -496,6 +508,7 @@ export const errors = {
   E_CONNECT_FAILED: ConnectFailedError,
   E_DATATABLE_UNAVAILABLE: DatatableUnavailableError,
   E_DATATABLE_UNREACHABLE: DatatableUnreachableError,
+  E_DATABASE_UNREACHABLE: DatabaseUnreachableError,
   E_CATALOG: CatalogError,
   E_CONNECTION_LOST: ConnectionLostError,
   E_INVALID_DATA: InvalidDataError,

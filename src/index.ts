@@ -66,6 +66,7 @@ export {
   CatalogError,
   ConnectFailedError,
   ConnectionLostError,
+  DatabaseUnreachableError,
   DatatableUnavailableError,
   DatatableUnreachableError,
   DuckdbRefusedError,

@@ -24,6 +24,7 @@ import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
 import { PerRecipientRuns } from './per_recipient_runs.js';
+import { PollBackoff } from './poll_backoff.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
 import { ApiTokens, JobTokens } from './tokens.js';
@@ -166,16 +167,36 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     // Delivered rows do not accumulate: swept once before serving, then a few times per
     // retention (at most every 10 minutes); reads skip expired rows between sweeps anyway.
     await outbox.sweep();
-    const sweeper = setInterval(
-      () => {
-        outbox.sweep().catch((err: { code?: unknown }) => {
-          logger.warn({ code: err.code }, 'outbox sweep failed');
-        });
-      },
-      Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)),
-    );
-    sweeper.unref();
-    cleanup.push(async () => clearInterval(sweeper));
+    // Backs off while Postgres does not answer: one warning per step, one info line after.
+    const sweeps = new PollBackoff(Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)));
+    let sweeper: NodeJS.Timeout | undefined;
+    let sweeping = true;
+    const sweepLater = () => {
+      if (!sweeping) return;
+      sweeper = setTimeout(() => {
+        outbox.sweep().then(
+          () => {
+            const failedPolls = sweeps.answered();
+            if (failedPolls > 0) logger.info({ failedPolls }, 'outbox sweep answering again');
+            sweepLater();
+          },
+          (err: { code?: unknown }) => {
+            sweeps.failed();
+            logger.warn(
+              { code: err.code, failedPolls: sweeps.failures, retryInMs: sweeps.delayMs },
+              'outbox sweep failed',
+            );
+            sweepLater();
+          },
+        );
+      }, sweeps.delayMs);
+      sweeper.unref();
+    };
+    sweepLater();
+    cleanup.push(async () => {
+      sweeping = false;
+      clearTimeout(sweeper);
+    });
     const perRecipient = new PerRecipientRuns({
       executor,
       cache,
