@@ -48,8 +48,20 @@ export interface RunningServer {
  * Starts the reference server: Postgres (given or embedded), the catalog, the cache store (Redis
  * or in process), the executor with the apps module's runnables (or the demo's), the scheduler and the HTTP API.
  */
-export async function startServer(config: ServerConfig, logger: Logger): Promise<RunningServer> {
+export async function startServer(
+  config: ServerConfig,
+  logger: Logger,
+  options: {
+    /**
+     * Aborted (a SIGTERM or SIGINT during start-up): start-up stops at its next step, closes
+     * what it opened (embedded PostgreSQL included) and rejects with the signal's reason.
+     */
+    signal?: AbortSignal;
+  } = {},
+): Promise<RunningServer> {
   const cleanup: (() => Promise<unknown>)[] = [];
+  // Between steps: a stop asked for during start-up is not kept waiting for the rest of it.
+  const stillStarting = () => options.signal?.throwIfAborted();
   const close = async () => {
     for (const step of cleanup.reverse()) await step().catch(() => {});
   };
@@ -74,6 +86,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     // enter) is refused before the secret key is written into the data folder.
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
+    stillStarting();
     const secretKey = await loadSecretKey(config);
 
     const datatables: Datatables = await createDatatables({
@@ -88,6 +101,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       logger,
     });
     cleanup.push(() => datatables.close());
+    stillStarting();
     const pool = new pg.Pool({
       connectionString: database.url,
       max: 4,
@@ -96,8 +110,10 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     pool.on('error', (err) => logger.warn({ err: err.message }, 'server database connection lost'));
     cleanup.push(() => pool.end());
     await migrateServer(pool);
+    stillStarting();
 
     const { store, storeState, busState } = await openCacheStore(config, logger, cleanup);
+    stillStarting();
 
     const jobTokens = new JobTokens();
     const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
@@ -162,6 +178,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       });
       demoTokens = seeded.tokens;
     }
+    stillStarting();
 
     const outbox = new Outbox(pool, { retentionMs: config.outboxRetentionMs });
     // Delivered rows do not accumulate: swept once before serving, then a few times per
@@ -251,6 +268,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       ...(busState ? { busState } : {}),
     });
     cleanup.push(() => app.close());
+    stillStarting();
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
     // The first scheduled run happens before anyone is told the server is up — in process. On
