@@ -84,6 +84,7 @@ export async function startServer(
 
     // The database first: an embedded PostgreSQL refused as root (a folder its OS user cannot
     // enter) is refused before the secret key is written into the data folder.
+    stillStarting();
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
     stillStarting();
