@@ -161,6 +161,7 @@ class DatatableService implements Datatables {
       protocol: this.#protocol,
       repair: new LoginRepair({ admin: this.#pool, passwords, events, logger }),
       passwords,
+      events,
       logger,
     });
     this.#warmer =
