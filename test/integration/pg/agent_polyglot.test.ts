@@ -5,6 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createExecutor } from '../../../src/index.js';
+import { silentLogger } from '../../../src/logger.js';
+import { startAgentWorker } from '../../../src/server/agent_worker.js';
+import { clinicsWorld } from '../../../src/server/demo_clinics.js';
+import { DEMO_PUBLISHER } from '../../../src/server/demo_users.js';
 import { demoToken } from '../../../src/server/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
@@ -493,6 +498,72 @@ describe("the agent's DuckDB copy is bounded as in process", { timeout: 90_000 }
     } finally {
       await db.query('delete from clinics.patients where patient_id >= 100000');
       await db.end();
+    }
+  });
+});
+
+describe('a hostile DuckDB script on an agent is refused', { timeout: 60_000 }, () => {
+  it('a second ATTACH, SET and INSTALL at registration; read_csv by the locks at run time', async () => {
+    // Last in the file: the agent process stops, and an agent in this process takes the group's
+    // jobs with hostile scripts under the server's names and versions (an agent whose apps were
+    // tampered with). Its copies still come through the server's proxy as the recorded viewer.
+    e2e.agent!.signal('SIGTERM');
+    await e2e.agent!.closed;
+    const { token: agentToken } = await e2e.cliJson<{ token: string }>([
+      'agent-token',
+      'create',
+      '--group',
+      'default',
+    ]);
+    const PATH = 'f/clinics/patients_duckdb';
+    const served = createExecutor({ runnables: clinicsWorld(prefix, DEMO_PUBLISHER).runnables });
+    const { hash } = served.createJob({
+      workspace: WS,
+      path: PATH,
+      runAs: DEMO_PUBLISHER,
+      origin: { kind: 'schedule' },
+    }).runnable;
+    const attach = `ATTACH 'datatable://clinics?as=viewer&roles=${prefix}provider' AS dt`;
+    const agentWith = (sql: string) =>
+      startAgentWorker({
+        serverUrl: new URL(e2e.url),
+        agentToken,
+        runnables: { [PATH]: { kind: 'duckdb', sql, hash } },
+        logger: silentLogger,
+        waitMs: 2000,
+      });
+    const refusal = async (sql: string) => {
+      let started: ReturnType<typeof agentWith>;
+      try {
+        started = agentWith(sql);
+      } catch (err) {
+        return (err as { code?: string }).code;
+      }
+      await started.stop();
+      return 'started';
+    };
+    for (const statement of [
+      "ATTACH '/tmp/vc-escape.db' AS second",
+      "ATTACH 'datatable://clinics' AS dt2; ATTACH ':memory:' AS third",
+      'SET enable_external_access = true',
+      'INSTALL httpfs',
+    ])
+      expect(await refusal(`${attach}; ${statement}; SELECT 1`), statement).toBe(
+        'E_DUCKDB_REFUSED',
+      );
+    const agent = agentWith(`${attach};
+      SELECT d.patient_id, f.* FROM dt.clinics.patients d, read_csv('/etc/passwd') f`);
+    try {
+      const answer = asRun(
+        await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+          token: token(NORA),
+          body: { path: PATH, args: { fresh: 'hostile' } },
+        }),
+      );
+      expect(outcomeOf(answer)).toEqual({ status: 400, code: 'E_DUCKDB_REFUSED' });
+      expect(answer.text).not.toContain('root:');
+    } finally {
+      await agent.stop();
     }
   });
 });
