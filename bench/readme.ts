@@ -68,6 +68,7 @@ npm run bench -- --only=redis_hit     # some scenarios (their baselines always r
 npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)
 npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket: before the write, waiting, after the reply
 npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
+npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL twin, and their hits (or npx tsx bench/polyglot_miss.ts)
 \`\`\`
 
 Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are written under

@@ -7,7 +7,8 @@
  * - `--quick`   fewer rounds, for trying a change (tables are still written unless --no-write);
  * - `--no-write` print only;
  * - `--only=a,b` keep only these scenario ids (baselines are always kept); implies --no-write.
- *   Sections none of whose ids are named (Postgres, scaling) are skipped.
+ *   Sections none of whose ids are named (Postgres, scaling) are skipped; `polyglot_miss` is
+ *   the Python and DuckDB warm misses and hits (bench/polyglot_miss.ts).
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
@@ -28,6 +29,7 @@ import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
 import { memoryScaling } from './memory_scaling.js';
 import { peerHit } from './peer_hit.js';
+import { type PolyglotResult, polyglotMiss, polyglotTable } from './polyglot_miss.js';
 import { benchPostgres } from './postgres_fixture.js';
 import { embeddedVersion, writeBenchReadme, writeReadmeSection } from './readme.js';
 import { redisHit } from './redis_hit.js';
@@ -145,9 +147,10 @@ async function main(): Promise<void> {
   let datatableRows: DatatableRow[] = [];
   let httpRows: HttpRow[] = [];
   let churnRows: ChurnRow[] = [];
+  let polyglot: PolyglotResult | undefined;
   if (
     wanted(
-      /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_)/,
+      /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_|polyglot_)/,
     )
   ) {
     const pgPrefix = `vcb${process.pid}_`;
@@ -155,12 +158,24 @@ async function main(): Promise<void> {
     const postgres = await benchPostgres();
     try {
       env.postgres = `${postgres.version}; embedded for \`npm start\`: ${await embeddedVersion()}`;
-      process.stdout.write('data tables… ');
-      datatableRows = await datatableBench(postgres, pgPrefix, dbPlan, quick ? 8 : 30);
-      process.stdout.write('churn… ');
-      churnRows = await churnBench(postgres, pgPrefix, quick ? 5 : 20, quick ? 500 : 2000);
-      process.stdout.write('http… ');
-      httpRows = await httpBenchAlone(postgres.url('postgres'), quick);
+      // With --only, a part of this section none of whose ids is named is skipped.
+      const older = wanted(
+        /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_)/,
+      );
+      if (older) {
+        process.stdout.write('data tables… ');
+        datatableRows = await datatableBench(postgres, pgPrefix, dbPlan, quick ? 8 : 30);
+      }
+      if (wanted(/^polyglot_/)) {
+        process.stdout.write('python and duckdb… ');
+        polyglot = await polyglotMiss(postgres, pgPrefix, quick ? 10 : 40);
+      }
+      if (older) {
+        process.stdout.write('churn… ');
+        churnRows = await churnBench(postgres, pgPrefix, quick ? 5 : 20, quick ? 500 : 2000);
+        process.stdout.write('http… ');
+        httpRows = await httpBenchAlone(postgres.url('postgres'), quick);
+      }
     } finally {
       await postgres.close(pgPrefix);
     }
@@ -173,9 +188,16 @@ async function main(): Promise<void> {
     tables(rows),
     ...(datatableRows.length > 0 ? [datatableTable(datatableRows)] : []),
     ...(churnRows.length > 0 ? [churnTable(churnRows)] : []),
+    ...(polyglot === undefined ? [] : [polyglotTable(polyglot)]),
     ...(httpRows.length > 0 ? [httpTable(httpRows)] : []),
   ].join('\n\n');
   console.log(body);
+  // A hit that started a python3 process or a DuckDB instance fails the run (the hit path).
+  if (
+    polyglot !== undefined &&
+    polyglot.startedByHits.spawns + polyglot.startedByHits.instances > 0
+  )
+    process.exitCode = 1;
 
   const cleanup = rawRedis();
   await deleteRunKeys(cleanup);
@@ -185,7 +207,7 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, httpRows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, polyglot, httpRows }, null, 2)}\n`,
   );
   await writeReadmeSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +

@@ -4,6 +4,7 @@ export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
 export type { RawResultCacheOptions } from './cache/result_cache_options.js';
 export type {
+  CopyBound,
   DatatableClient,
   DatatableConnector,
   DatatableLease,

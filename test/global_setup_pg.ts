@@ -76,6 +76,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
         'synchronous_commit=off',
         '-c',
         'full_page_writes=off',
+        // Test files run two at a time (vitest.config.ts): the default 100 backends is too few
+        // for two process-heavy files at once. The CI cluster on DATABASE_URL has 300 too.
+        '-c',
+        'max_connections=300',
       ],
       onLog: () => {},
       onError: () => {},

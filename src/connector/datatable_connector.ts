@@ -18,10 +18,36 @@ export interface DatatableClient {
   ): Promise<DatatableQueryResult<Row>>;
 }
 
+/**
+ * The bound of one copy — the rows a DuckDB runnable reads into its in-memory database — over
+ * every table of its run: rows, and bytes of the values' text (UTF-8).
+ */
+export interface CopyBound {
+  readonly maxRows: number;
+  readonly maxBytes: number;
+}
+
+/**
+ * The documented default copy bound: `duckdb.maxRows` and `duckdb.maxBytes` in process, and the
+ * query proxy's copy maximum (`copyMaxRows`, `copyMaxBytes`), so that a copy read through the
+ * proxy (an agent worker) is bounded as it is in process.
+ */
+export const DEFAULT_COPY_BOUND: CopyBound = Object.freeze({
+  maxRows: 100_000,
+  maxBytes: 64 << 20,
+});
+
 /** A connection lent to one job; the executor releases it when the job ends. */
 export interface DatatableLease {
   readonly client: DatatableClient;
   query(text: string, values?: readonly unknown[]): Promise<DatatableQueryResult>;
+  /**
+   * Reads the rows of a copy within `bound` rather than a per-statement limit. Only a lease
+   * whose statements cross a bounded hop has it (the query proxy's client, which bounds each
+   * statement at 10 000 rows otherwise); where it is absent `query` reads without a limit of
+   * its own and the caller bounds what it keeps.
+   */
+  copy?(text: string, values: readonly unknown[], bound: CopyBound): Promise<DatatableQueryResult>;
   /**
    * Returns the connection: reset (what DISCARD ALL resets) and pooled, or closed when `destroy` is true
    * (a job that timed out mid-query) or the reset fails.

@@ -162,6 +162,7 @@ class DatatableService implements Datatables {
       protocol: this.#protocol,
       repair: new LoginRepair({ admin: this.#pool, passwords, events, logger }),
       passwords,
+      events,
       logger,
     });
     this.#warmer =

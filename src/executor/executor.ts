@@ -1,5 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { DatatableConnector, DatatableLease } from '../connector/datatable_connector.js';
+import {
+  type DatatableConnector,
+  type DatatableLease,
+  DEFAULT_COPY_BOUND,
+} from '../connector/datatable_connector.js';
 import {
   type DatatableRef,
   type DatatableRequest,
@@ -80,9 +84,13 @@ export interface RawPythonOptions {
 }
 
 export interface RawDuckdbOptions {
-  /** Rows a run may copy from its data tables, over all of them. @default 100_000 */
+  /**
+   * Rows a run may copy from its data tables, over all of them; the same bound on an agent
+   * worker (the query proxy honours it up to its copy maximum, 100 000 by default).
+   * @default 100_000
+   */
   maxRows?: number;
-  /** Bytes (text of the values) a run may copy from its data tables. @default '64mb' */
+  /** Bytes (text of the values) a run may copy from its data tables, as `maxRows`. @default '64mb' */
   maxBytes?: ByteSize;
   /** DuckDB's `memory_limit` for each run's instance. @default '256MB' */
   memoryLimit?: string;
@@ -167,8 +175,11 @@ export function createExecutor(options: RawExecutorOptions): Executor {
   if (typeof python.command !== 'string' || python.command.length === 0)
     throw new TypeError('python.command must be a non-empty string');
   const duckdb: DuckdbLimits = {
-    maxRows: options.duckdb?.maxRows ?? 100_000,
-    maxBytes: resolveByteSize(options.duckdb?.maxBytes ?? '64mb', 'duckdb.maxBytes'),
+    maxRows: options.duckdb?.maxRows ?? DEFAULT_COPY_BOUND.maxRows,
+    maxBytes:
+      options.duckdb?.maxBytes === undefined
+        ? DEFAULT_COPY_BOUND.maxBytes
+        : resolveByteSize(options.duckdb.maxBytes, 'duckdb.maxBytes'),
     memoryLimit: options.duckdb?.memoryLimit ?? '256MB',
     load: options.duckdb?.load ?? loadDuckdb,
   };

@@ -4,7 +4,12 @@
  * them, as the job's *recorded* viewer. Transport-free: the reference server puts it behind an
  * HTTP route, a local executor behind a unix socket; both hand it the same four things.
  */
-import type { DatatableConnector, DatatableQueryResult } from '../connector/datatable_connector.js';
+import {
+  type CopyBound,
+  type DatatableConnector,
+  type DatatableQueryResult,
+  DEFAULT_COPY_BOUND,
+} from '../connector/datatable_connector.js';
 import {
   accessFromRoleName,
   type DatatableRef,
@@ -49,6 +54,14 @@ export interface ProxiedQuery {
   readonly reference: ProxiedReference;
   readonly sql: string;
   readonly params?: readonly unknown[];
+  /**
+   * A copy's own bound (a DuckDB runnable on an agent reading a whole table, see
+   * {@link DatatableLease.copy}): this statement may answer up to `maxRows` rows and `maxBytes`
+   * bytes of value text — never more than the proxy's copy maximum — instead of the
+   * per-statement `maxRows`/`maxBytes`. So the copy is bounded by the same `duckdb.maxRows` and
+   * `duckdb.maxBytes` wherever the DuckDB runnable runs.
+   */
+  readonly copy?: CopyBound;
 }
 
 /**
@@ -67,6 +80,16 @@ export interface RawQueryProxyLimits {
   maxBytes?: ByteSize;
   /** Longest one statement may run (Postgres cancels it: statement_timeout). @default '30s' */
   timeout?: Duration;
+  /**
+   * Most rows a copy ({@link ProxiedQuery.copy}) may answer, whatever bound it asks for.
+   * @default 100000 (DuckDB's own `duckdb.maxRows` default)
+   */
+  copyMaxRows?: number;
+  /**
+   * Most bytes of value text a copy may answer, whatever bound it asks for.
+   * @default '64mb' (DuckDB's own `duckdb.maxBytes` default)
+   */
+  copyMaxBytes?: ByteSize;
 }
 
 export interface QueryProxyDeps {
@@ -94,7 +117,8 @@ const CANCEL_GRACE_MS = 1000;
  * @throws {AgentProtocolError} no or another protocol version.
  * @throws {JobTokenInvalidError} no running job holds the token.
  * @throws {StatementRefusedError} several statements, a role change, or unreadable text.
- * @throws {ResultTooLargeError} more rows or bytes than the limits.
+ * @throws {ResultTooLargeError} more rows or bytes than the limits (a copy: than its bound, or
+ *   the copy maximum).
  * @throws {QueryTimeoutError} the statement ran past the time limit.
  * and whatever the connector refuses with (`E_NO_VIEWER`, `E_NO_ROLES`, …).
  */
@@ -116,6 +140,7 @@ export async function runProxiedQuery(
   }
   const params = query.params ?? [];
   if (!Array.isArray(params)) throw new StatementRefusedError('params must be an array');
+  const copy = copyBoundOf(query.copy, limits);
 
   const job =
     typeof query.jobToken === 'string' && query.jobToken.length > 0
@@ -148,14 +173,19 @@ export async function runProxiedQuery(
       if ((err as { code?: unknown }).code === '57014') throw new QueryTimeoutError();
       throw err;
     }
-    if (result.rows.length > limits.maxRows) {
+    if (copy !== undefined) checkCopy(result.rows, copy);
+    else if (result.rows.length > limits.maxRows) {
       throw new ResultTooLargeError(
         `the statement answered more than ${limits.maxRows} rows, the query proxy's limit`,
       );
     }
     const json = JSON.stringify({ rows: result.rows, rowCount: result.rowCount });
     // Length in UTF-16 units bounds the bytes from below; exact bytes only when it is close.
-    if (json.length > limits.maxBytes || Buffer.byteLength(json) > limits.maxBytes) {
+    // (A copy's bytes are its values' text, measured above, as DuckDB's bound counts them.)
+    if (
+      copy === undefined &&
+      (json.length > limits.maxBytes || Buffer.byteLength(json) > limits.maxBytes)
+    ) {
       throw new ResultTooLargeError(
         `the statement's answer is larger than ${limits.maxBytes} bytes, the query proxy's limit`,
       );
@@ -219,13 +249,59 @@ interface ResolvedLimits {
   readonly maxRows: number;
   readonly maxBytes: number;
   readonly timeoutMs: number;
+  readonly copyMaxRows: number;
+  readonly copyMaxBytes: number;
 }
 
 const DEFAULT_LIMITS: ResolvedLimits = Object.freeze({
   maxRows: 10_000,
   maxBytes: 8 << 20,
   timeoutMs: 30_000,
+  copyMaxRows: DEFAULT_COPY_BOUND.maxRows,
+  copyMaxBytes: DEFAULT_COPY_BOUND.maxBytes,
 });
+
+/** The bound a copy asked for, within the copy maximum; undefined for a plain statement. */
+function copyBoundOf(raw: unknown, limits: ResolvedLimits): CopyBound | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  const { maxRows, maxBytes } = raw as Partial<CopyBound>;
+  if (
+    !Number.isSafeInteger(maxRows) ||
+    maxRows! < 0 ||
+    !Number.isSafeInteger(maxBytes) ||
+    maxBytes! < 0
+  ) {
+    throw new StatementRefusedError('copy must be { maxRows, maxBytes }, non-negative integers');
+  }
+  return {
+    maxRows: Math.min(maxRows!, limits.copyMaxRows),
+    maxBytes: Math.min(maxBytes!, limits.copyMaxBytes),
+  };
+}
+
+/**
+ * A copy's rows within its bound: the count, then the UTF-8 bytes of every value's text (the
+ * DuckDB copy reads every column as text), stopping at the first byte past the bound.
+ */
+function checkCopy(rows: readonly Record<string, unknown>[], bound: CopyBound): void {
+  if (rows.length > bound.maxRows) {
+    throw new ResultTooLargeError(
+      `the copy holds more than ${bound.maxRows} rows: the bound it asked for (duckdb.maxRows) or the query proxy's copy maximum`,
+    );
+  }
+  let bytes = 0;
+  for (const row of rows) {
+    for (const value of Object.values(row)) {
+      if (value === null || value === undefined) continue;
+      bytes += Buffer.byteLength(typeof value === 'string' ? value : JSON.stringify(value));
+    }
+    if (bytes > bound.maxBytes) {
+      throw new ResultTooLargeError(
+        `the copy holds more than ${bound.maxBytes} bytes: the bound it asked for (duckdb.maxBytes) or the query proxy's copy maximum`,
+      );
+    }
+  }
+}
 
 function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
   if (raw === undefined) return DEFAULT_LIMITS;
@@ -239,6 +315,10 @@ function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
       : resolveDuration(raw.timeout, 'limits.timeout');
   // statement_timeout = 0 is "no limit" to Postgres: never what a bound means.
   if (timeoutMs < 1) throw new TypeError('limits.timeout must be at least 1 ms');
+  const copyMaxRows = raw.copyMaxRows ?? DEFAULT_LIMITS.copyMaxRows;
+  if (!Number.isSafeInteger(copyMaxRows) || copyMaxRows < 0) {
+    throw new TypeError('limits.copyMaxRows must be a non-negative integer');
+  }
   return {
     maxRows,
     maxBytes:
@@ -246,5 +326,10 @@ function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
         ? DEFAULT_LIMITS.maxBytes
         : resolveByteSize(raw.maxBytes, 'limits.maxBytes'),
     timeoutMs,
+    copyMaxRows,
+    copyMaxBytes:
+      raw.copyMaxBytes === undefined
+        ? DEFAULT_LIMITS.copyMaxBytes
+        : resolveByteSize(raw.copyMaxBytes, 'limits.copyMaxBytes'),
   };
 }

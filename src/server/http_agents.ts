@@ -9,6 +9,7 @@ import type {
 import {
   AGENT_PROTOCOL_VERSION,
   AgentProtocolError,
+  type CopyBound,
   type DatatableConnector,
   type ProxiedReference,
   type RawQueryProxyLimits,
@@ -72,6 +73,16 @@ const queryBody = {
     },
     sql: { type: 'string', maxLength: 1 << 20 },
     params: { type: 'array', maxItems: 10_000 },
+    // A DuckDB copy's bound (runProxiedQuery caps it at the proxy's copy maximum).
+    copy: {
+      type: 'object',
+      required: ['maxRows', 'maxBytes'],
+      additionalProperties: false,
+      properties: {
+        maxRows: { type: 'integer', minimum: 0 },
+        maxBytes: { type: 'integer', minimum: 0 },
+      },
+    },
   },
 } as const;
 
@@ -170,7 +181,9 @@ export function registerAgentRoutes(
     },
   );
 
-  app.post<{ Body: { reference: ProxiedReference; sql: string; params?: unknown[] } }>(
+  app.post<{
+    Body: { reference: ProxiedReference; sql: string; params?: unknown[]; copy?: CopyBound };
+  }>(
     '/api/agent/query',
     { schema: { body: queryBody }, config, preValidation },
     async (request, reply) => {
@@ -183,6 +196,7 @@ export function registerAgentRoutes(
           reference: request.body.reference,
           sql: request.body.sql,
           params: request.body.params ?? [],
+          ...(request.body.copy === undefined ? {} : { copy: request.body.copy }),
         },
         {
           jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },

@@ -1,6 +1,7 @@
 import {
   AGENT_PROTOCOL_VERSION,
   accessToRoleName,
+  type CopyBound,
   type DatatableConnector,
   type DatatableLease,
   type DatatableQueryResult,
@@ -63,9 +64,10 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
       const jobToken = options.jobTokenOf(job);
       if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');
       const reference = { datatable: ref.name, role: accessToRoleName(ref.access) };
-      const query = async (
+      const ask = async (
         text: string,
-        values?: readonly unknown[],
+        values: readonly unknown[] | undefined,
+        copy: CopyBound | undefined,
       ): Promise<DatatableQueryResult> => {
         const response = await fetch(url, {
           method: 'POST',
@@ -75,7 +77,12 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
             [JOB_TOKEN_HEADER]: jobToken,
             'content-type': 'application/json',
           },
-          body: JSON.stringify({ reference, sql: text, params: values ?? [] }),
+          body: JSON.stringify({
+            reference,
+            sql: text,
+            params: values ?? [],
+            ...(copy === undefined ? {} : { copy }),
+          }),
         });
         const body = (await response.json().catch(() => null)) as
           | (DatatableQueryResult & { error?: { code?: string; message?: string } })
@@ -89,11 +96,16 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
         }
         return { rows: body.rows, rowCount: body.rowCount ?? null };
       };
+      const query = (text: string, values?: readonly unknown[]) => ask(text, values, undefined);
       const client = Object.freeze({
         query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
           query(text, values) as Promise<DatatableQueryResult<Row>>,
       });
-      return { client, query, release: async () => {} };
+      // A DuckDB copy asks the proxy for its own bound (duckdb.maxRows / maxBytes) instead of
+      // the per-statement 10 000 rows, so that it is bounded here as in process.
+      const copy = (text: string, values: readonly unknown[], bound: CopyBound) =>
+        ask(text, values, { maxRows: bound.maxRows, maxBytes: bound.maxBytes });
+      return { client, query, copy, release: async () => {} };
     },
   };
 }

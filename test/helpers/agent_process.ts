@@ -11,7 +11,12 @@ export class AgentProcess {
   stderr = '';
   readonly closed: Promise<number | null>;
   readonly #child: ChildProcess;
-  constructor(vars: Record<string, string | undefined>, rolePrefix: string) {
+  constructor(
+    vars: Record<string, string | undefined>,
+    rolePrefix: string,
+    /** More arguments of `worker`, e.g. `['--concurrency', '2']`. */
+    args: string[] = [],
+  ) {
     const base = serverEnv({});
     // Nothing of the server's configuration: only what any process needs, and the agent's own.
     const own: NodeJS.ProcessEnv = {
@@ -24,7 +29,7 @@ export class AgentProcess {
     };
     this.#child = spawn(
       process.execPath,
-      ['--import', 'tsx', MAIN, 'worker', '--agent', '--demo'],
+      ['--import', 'tsx', MAIN, 'worker', '--agent', '--demo', ...args],
       {
         cwd: ROOT,
         env: own,

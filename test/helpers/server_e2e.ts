@@ -34,6 +34,8 @@ export interface E2eOptions {
   readonly env?: Record<string, string>;
   /** More variables for the agent worker process (with execution 'agent'). */
   readonly agentEnv?: Record<string, string>;
+  /** More arguments of the agent worker (`worker --agent --demo …`). */
+  readonly agentArgs?: string[];
 }
 
 /**
@@ -128,6 +130,7 @@ export class E2eServer {
           ...this.options.agentEnv,
         },
         this.options.prefix,
+        this.options.agentArgs,
       );
     }
     await Promise.all(this.workers.map((worker) => worker.ready));

@@ -1,3 +1,4 @@
+import type { TypedEmitter } from '../../events.js';
 /*
  * datatable/logins/ — connections holding exactly the granted roles: the leaser every access
  * kind ends in (this file); the set-login protocol that creates, takes back and retires
@@ -14,13 +15,14 @@ import { LoginAuthFailed, type LoginPools } from './login_pools.js';
 import type { ExpectedLogin, LoginRepair } from './login_repair.js';
 import type { PasswordDeriver } from './passwords.js';
 import type { PooledLease } from './pooled_lease.js';
-import { RoleSetProtocol } from './role_set_protocol.js';
+import { type LoginEvents, RoleSetProtocol } from './role_set_protocol.js';
 
 export interface LoginLeaserOptions {
   pools: LoginPools;
   protocol: RoleSetProtocol;
   repair: LoginRepair;
   passwords: PasswordDeriver;
+  events: TypedEmitter<LoginEvents>;
   logger?: Logger;
 }
 
@@ -50,6 +52,7 @@ export class LoginLeaser {
   readonly #repair: LoginRepair;
   readonly #passwords: PasswordDeriver;
   readonly #logger: Logger;
+  readonly #events: TypedEmitter<LoginEvents>;
   /** Passwords of set-login rows this process has read or written. */
   readonly #known = new Map<string, string>();
   readonly #flights = new SingleFlight<string>();
@@ -67,6 +70,7 @@ export class LoginLeaser {
     this.#repair = options.repair;
     this.#passwords = options.passwords;
     this.#logger = options.logger ?? silentLogger;
+    this.#events = options.events;
   }
 
   /**
@@ -143,10 +147,12 @@ export class LoginLeaser {
   }
 
   async #check(login: string, watched: Watched, state: { again: boolean }): Promise<void> {
+    let repaired = false;
     try {
       do {
         state.again = false;
         if (!(await this.#repair.inspect(watched.expected))) {
+          repaired = true;
           this.#logger.warn(
             { login },
             'a managed login was changed behind the library; taking it back',
@@ -162,6 +168,7 @@ export class LoginLeaser {
         this.#logger.warn({ login, err: (err as Error).message }, 'login check failed');
     } finally {
       this.#checking.delete(login);
+      this.#events.emit('login:checked', { repaired });
     }
   }
 

@@ -23,6 +23,8 @@ export interface LoginEvents {
   'login:created': { ms: number };
   'login:taken-back': { ms: number };
   'login:retired': { login: string };
+  /** A check of a login's connections after a release finished (`repaired`: it took it back). */
+  'login:checked': { repaired: boolean };
 }
 
 /** Where a set login is in its protocol; a test hook can fail or pause at any of them. */

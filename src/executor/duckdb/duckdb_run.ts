@@ -194,7 +194,13 @@ async function readTable(
     type: duckdbType(c),
   }));
   const select = columns.map((c) => `${q(c.name)}::text`).join(', ');
-  const { rows } = await lease.query(`select ${select} from ${relation} limit ${budget.rows + 1}`);
+  const text = `select ${select} from ${relation} limit ${budget.rows + 1}`;
+  // Through the query proxy (an agent) the copy asks for its own bound, the one in force here:
+  // one row more than is left, so that the count past it is ours to refuse, as in process.
+  const { rows } =
+    lease.copy === undefined
+      ? await lease.query(text)
+      : await lease.copy(text, [], { maxRows: budget.rows + 1, maxBytes: budget.bytes });
   if (rows.length > budget.rows) throw tooLarge('rows');
   budget.rows -= rows.length;
   const names = columns.map((c) => c.name);

@@ -82,8 +82,11 @@ export async function openJobSocket(
     }
     const id = typeof request['id'] === 'number' ? request['id'] : undefined;
     try {
+      // A copy bound is the DuckDB copy's, through the agent's hop; a Python statement has the
+      // per-statement limits.
+      const { copy: _copy, ...statement } = request;
       const result = await runProxiedQuery(
-        request as unknown as Parameters<typeof runProxiedQuery>[0],
+        statement as unknown as Parameters<typeof runProxiedQuery>[0],
         { jobs, connector, ...(limits === undefined ? {} : { limits }) },
       );
       // The job may have ended while the statement ran: its answer is not handed over.

@@ -3,7 +3,13 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createExecutor } from '../../../src/index.js';
+import { silentLogger } from '../../../src/logger.js';
+import { startAgentWorker } from '../../../src/server/agent_worker.js';
+import { clinicsWorld } from '../../../src/server/demo_clinics.js';
+import { DEMO_PUBLISHER } from '../../../src/server/demo_users.js';
 import { demoToken } from '../../../src/server/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
@@ -106,14 +112,121 @@ const outcomeOf = (answer: RunAnswer) =>
         code: (answer.json as { error?: { code?: string } } | undefined)?.error?.code,
       };
 
+/**
+ * The agent's interpreter (VIEWER_CACHE_PYTHON): keeps what each job was handed and, for a job
+ * whose args name a `probe`, swaps the runnable's code for {@link HOSTILE_PY} — which then runs
+ * exactly as a runnable's code runs on the agent: same runner, environment, socket and token.
+ */
+const swapPy = (payloads: string, hostile: string) =>
+  [
+    'import json, subprocess, sys',
+    'line = sys.stdin.readline()',
+    `with open(${JSON.stringify(payloads)}, 'a') as f:`,
+    "    f.write(line.rstrip('\\n') + '\\n')",
+    'payload = json.loads(line)',
+    "if 'probe' in (payload.get('args') or {}):",
+    `    with open(${JSON.stringify(hostile)}) as f:`,
+    "        payload['code'] = f.read()",
+    "data = (json.dumps(payload) + '\\n').encode()",
+    "sys.exit(subprocess.run(['python3'] + sys.argv[1:], input=data).returncode)",
+    '',
+  ].join('\n');
+
+/** Python that tries to read as someone else, from inside a job on the agent. */
+const HOSTILE_PY = String.raw`import json, os, socket, time
+import viewer_cache
+from viewer_cache import datatable
+
+PATIENTS = 'select patient_id from clinics.patients order by patient_id'
+
+
+def ask(path, token, sql=PATIENTS):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    try:
+        s.connect(path)
+    except OSError as err:
+        return type(err).__name__
+    f = s.makefile('rwb')
+    f.write(json.dumps({'id': 1, 'protocol': 1, 'jobToken': token,
+                        'reference': {'datatable': 'clinics', 'role': '@viewer'},
+                        'sql': sql, 'params': []}).encode() + b'\n')
+    f.flush()
+    line = f.readline()
+    s.close()
+    if not line:
+        return 'closed'
+    answer = json.loads(line)
+    return [r['patient_id'] for r in answer['rows']] if answer.get('ok') else answer.get('code')
+
+
+def wait_for(path):
+    deadline = time.time() + 30
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.02)
+
+
+def main(probe, to=None, left=None, done=None, roles=None, admin=None):
+    own = viewer_cache._job
+    if probe == 'env':
+        return dict(os.environ)
+    if probe == 'forged':
+        return {'forged': ask(own['socket'], 'A' * 43), 'empty': ask(own['socket'], ''),
+                'own': ask(own['socket'], own['token'])}
+    if probe in ('leaves', 'holds'):
+        with open(to + '.tmp', 'w') as f:
+            json.dump({'socket': own['socket'], 'token': own['token']}, f)
+        os.rename(to + '.tmp', to)
+        if probe == 'holds':
+            wait_for(done)
+        return ask(own['socket'], own['token'])
+    if probe == 'reuses':
+        with open(left) as f:
+            theirs = json.load(f)
+        return {'their_socket': ask(theirs['socket'], theirs['token']),
+                'their_token_here': ask(own['socket'], theirs['token'])}
+    if probe == 'intrudes':
+        wait_for(left)
+        with open(left) as f:
+            theirs = json.load(f)
+        try:
+            return ask(theirs['socket'], own['token'])
+        finally:
+            open(done, 'w').close()
+    if probe == 'widens':
+        db = datatable('clinics', as_viewer=True, roles=roles)
+        out = {}
+        for name, sql in [
+            ('set_role', 'set role ' + admin),
+            ('reset_role', 'reset role'),
+            ('session', 'set session authorization default'),
+            ('two_statements', 'select 1; reset role'),
+            ('set_config', "select set_config('role', '" + admin + "', false)"),
+        ]:
+            try:
+                db.query(sql)
+                out[name] = 'ok'
+            except viewer_cache.ViewerCacheError as err:
+                out[name] = getattr(err, 'sqlstate', None) or err.code
+        out['after'] = [r['patient_id'] for r in db.query(PATIENTS)]
+        out['same_user'] = db.fetch_one('select current_user = session_user as s')['s']
+        out['viewer'] = db.fetch_one('select viewer_cache.viewer_email() as v')['v']
+        return out
+    raise ValueError(probe)
+`;
+
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'vc-agent-polyglot-'));
   const python = join(dir, 'python3');
   await writeFile(
     python,
-    `#!/bin/sh\necho x >> '${join(dir, 'spawns')}'\ntee -a '${join(dir, 'payloads')}' | python3 "$@"\n`,
+    `#!/bin/sh\necho x >> '${join(dir, 'spawns')}'\nexec python3 -I '${join(dir, 'swap.py')}' "$@"\n`,
     { mode: 0o755 },
   );
+  await writeFile(join(dir, 'swap.py'), swapPy(join(dir, 'payloads'), join(dir, 'hostile.py')));
+  await writeFile(join(dir, 'hostile.py'), HOSTILE_PY);
   e2e = new E2eServer({
     prefix,
     secretKey: SECRET_KEY,
@@ -121,6 +234,10 @@ beforeAll(async () => {
     redisPrefix: `vc-agent-py:${prefix}`,
     execution: 'agent',
     agentEnv: { VIEWER_CACHE_PYTHON: python },
+    // Two jobs at once: a Python job tries the socket of another one while it runs.
+    agentArgs: ['--concurrency', '2'],
+    // The bound test's result (10 502 rows) comes back from the agent in one request.
+    env: { VIEWER_CACHE_BODY_LIMIT_BYTES: String(8 << 20) },
   });
   await e2e.start();
   made[NOBODY] = (
@@ -258,5 +375,195 @@ describe('Python and DuckDB twins on an agent worker', { timeout: 120_000 }, () 
       });
     });
     expect(['ENOENT', 'ECONNREFUSED', 'E_JOB_TOKEN_INVALID']).toContain(after);
+  });
+});
+
+/** A hostile Python job on the agent (see swapPy): its value, or its failure's code. */
+const probe = async (email: string, args: Record<string, unknown>) =>
+  outcomeOf(
+    asRun(
+      await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+        token: token(email),
+        body: { path: 'f/clinics/patients_py', args },
+      }),
+    ),
+  );
+
+describe('hostile Python on the agent gets nothing', { timeout: 60_000 }, () => {
+  it("os.environ holds the scrubbed set: no credential, no agent token, no server's address", async () => {
+    const { status, result } = await probe(NORA, { probe: 'env' });
+    expect(status).toBe(200);
+    // PWD (and SHLVL, `_`) come from the test's wrapper, a shell script.
+    const keys = Object.keys(result as object).filter((k) => !['PWD', 'SHLVL', '_'].includes(k));
+    expect(keys.sort()).toEqual([
+      'HOME',
+      'LANG',
+      'LC_ALL',
+      'PATH',
+      'PYTHONDONTWRITEBYTECODE',
+      'PYTHONIOENCODING',
+      'TMPDIR',
+    ]);
+    const text = JSON.stringify(result);
+    for (const needle of ['vca_', 'vcj_', SECRET_KEY, e2e.url, 'VIEWER_CACHE', 'DATABASE_URL'])
+      expect(text).not.toContain(needle);
+  });
+
+  it("a forged or empty token on the job's own socket is refused; its own token reads its rows", async () => {
+    expect(await probe(NORA, { probe: 'forged' })).toEqual({
+      status: 200,
+      result: { forged: 'E_JOB_TOKEN_INVALID', empty: 'E_JOB_TOKEN_INVALID', own: [1, 2] },
+    });
+  });
+
+  it("a finished job's socket and token read nothing from a later job", async () => {
+    const to = join(dir, 'left.json');
+    expect(await probe(NORA, { probe: 'leaves', to })).toEqual({ status: 200, result: [1, 2] });
+    const { result } = await probe(SAM, { probe: 'reuses', left: to });
+    expect(result).toEqual({
+      their_socket: expect.stringMatching(/^(FileNotFoundError|ConnectionRefusedError)$/),
+      their_token_here: 'E_JOB_TOKEN_INVALID',
+    });
+  });
+
+  it("another running job's socket refuses this job's token", async () => {
+    const left = join(dir, 'running.json');
+    const done = join(dir, 'done');
+    const [holder, intruder] = await Promise.all([
+      probe(NORA, { probe: 'holds', to: left, done }),
+      probe(SAM, { probe: 'intrudes', left, done }),
+    ]);
+    expect(intruder).toEqual({ status: 200, result: 'E_JOB_TOKEN_INVALID' });
+    // The holder's socket was alive meanwhile (its own token read its rows after).
+    expect(holder).toEqual({ status: 200, result: [1, 2] });
+  });
+
+  it('SET ROLE, RESET ROLE, SET SESSION AUTHORIZATION through the proxy widen nothing', async () => {
+    expect(
+      await probe(NORA, {
+        probe: 'widens',
+        roles: [`${prefix}provider`],
+        admin: `${prefix}system_admin`,
+      }),
+    ).toEqual({
+      status: 200,
+      result: {
+        set_role: 'E_STATEMENT_REFUSED',
+        reset_role: 'E_STATEMENT_REFUSED',
+        session: 'E_STATEMENT_REFUSED',
+        two_statements: 'E_STATEMENT_REFUSED',
+        // One statement, forwarded to the server: Postgres refuses a role the login is not in
+        // (its SQLSTATE does not survive the agent's hop: the agent sees a failed statement).
+        set_config: expect.stringMatching(/^(42501|E_EXECUTOR_FAILED)$/),
+        after: [1, 2],
+        same_user: true,
+        viewer: NORA,
+      },
+    });
+  });
+});
+
+describe("the agent's DuckDB copy is bounded as in process", { timeout: 90_000 }, () => {
+  it("past the proxy's 10 000 rows per statement: copied; past duckdb.maxRows (100 000): E_RESULT_TOO_LARGE", async () => {
+    const db = new pg.Client({ connectionString: e2e.env['DATABASE_URL'] });
+    db.on('error', () => {});
+    await db.connect();
+    const add = (from: number, count: number) =>
+      db.query(
+        `insert into clinics.patients
+         select g, 'Bulk ' || g, 'n1', c.health_system, $3
+           from generate_series($1::int, $1::int + $2::int - 1) g, clinics.clinics c where c.id = 'n1'`,
+        [from, count, NORA],
+      );
+    try {
+      // Nora reads her entitled patients (1 and 2), and now 10 500 more in n1.
+      await add(100_000, 10_500);
+      const within = asRun(
+        await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+          token: token(NORA),
+          body: { path: 'f/clinics/patients_duckdb', args: { fresh: 'bound-1' } },
+        }),
+      );
+      expect(outcomeOf(within).status, within.text.slice(0, 300)).toBe(200);
+      expect((within.result as unknown[]).length).toBe(10_502);
+      // The copy is what she reads (RLS applied): 100 001 rows, one past the bound.
+      await add(200_000, 100_001 - 10_502);
+      const past = asRun(
+        await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+          token: token(NORA),
+          body: { path: 'f/clinics/patients_duckdb', args: { fresh: 'bound-2' } },
+        }),
+      );
+      expect(outcomeOf(past)).toEqual({ status: 413, code: 'E_RESULT_TOO_LARGE' });
+    } finally {
+      await db.query('delete from clinics.patients where patient_id >= 100000');
+      await db.end();
+    }
+  });
+});
+
+describe('a hostile DuckDB script on an agent is refused', { timeout: 60_000 }, () => {
+  it('a second ATTACH, SET and INSTALL at registration; read_csv by the locks at run time', async () => {
+    // Last in the file: the agent process stops, and an agent in this process takes the group's
+    // jobs with hostile scripts under the server's names and versions (an agent whose apps were
+    // tampered with). Its copies still come through the server's proxy as the recorded viewer.
+    e2e.agent!.signal('SIGTERM');
+    await e2e.agent!.closed;
+    const { token: agentToken } = await e2e.cliJson<{ token: string }>([
+      'agent-token',
+      'create',
+      '--group',
+      'default',
+    ]);
+    const PATH = 'f/clinics/patients_duckdb';
+    const served = createExecutor({ runnables: clinicsWorld(prefix, DEMO_PUBLISHER).runnables });
+    const { hash } = served.createJob({
+      workspace: WS,
+      path: PATH,
+      runAs: DEMO_PUBLISHER,
+      origin: { kind: 'schedule' },
+    }).runnable;
+    const attach = `ATTACH 'datatable://clinics?as=viewer&roles=${prefix}provider' AS dt`;
+    const agentWith = (sql: string) =>
+      startAgentWorker({
+        serverUrl: new URL(e2e.url),
+        agentToken,
+        runnables: { [PATH]: { kind: 'duckdb', sql, hash } },
+        logger: silentLogger,
+        waitMs: 2000,
+      });
+    const refusal = async (sql: string) => {
+      let started: ReturnType<typeof agentWith>;
+      try {
+        started = agentWith(sql);
+      } catch (err) {
+        return (err as { code?: string }).code;
+      }
+      await started.stop();
+      return 'started';
+    };
+    for (const statement of [
+      "ATTACH '/tmp/vc-escape.db' AS second",
+      "ATTACH 'datatable://clinics' AS dt2; ATTACH ':memory:' AS third",
+      'SET enable_external_access = true',
+      'INSTALL httpfs',
+    ])
+      expect(await refusal(`${attach}; ${statement}; SELECT 1`), statement).toBe(
+        'E_DUCKDB_REFUSED',
+      );
+    const agent = agentWith(`${attach};
+      SELECT d.patient_id, f.* FROM dt.clinics.patients d, read_csv('/etc/passwd') f`);
+    try {
+      const answer = asRun(
+        await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+          token: token(NORA),
+          body: { path: PATH, args: { fresh: 'hostile' } },
+        }),
+      );
+      expect(outcomeOf(answer)).toEqual({ status: 400, code: 'E_DUCKDB_REFUSED' });
+      expect(answer.text).not.toContain('root:');
+    } finally {
+      await agent.stop();
+    }
   });
 });

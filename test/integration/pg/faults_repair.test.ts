@@ -127,7 +127,17 @@ describe('a set login changed by an operator', () => {
     // still starting up: a pooled connection whose login no longer exists. Postgres answers
     // its every statement "permission denied" (42501): it holds no memberships any more.
     const uncaught = watchUncaught();
+    // The run's release starts a check of the login off the request path; had it not finished
+    // before the drop below, it would take the login back first (a loaded machine delays it).
+    const checked = new Promise<void>((resolve) => {
+      const done = () => {
+        a.events.off('login:checked', done);
+        resolve();
+      };
+      a.events.on('login:checked', done);
+    });
     expect(await rowsOf(onA, CAROL)).toEqual([1, 2, 3]);
+    await checked;
     expect((await libraryBackends(fx, [carolLogin])).length).toBeGreaterThan(0);
     await fx.sql.query(`drop role ${ident(carolLogin)}`);
     await expect(rowsOf(onA, CAROL)).rejects.toMatchObject({

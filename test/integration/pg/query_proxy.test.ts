@@ -182,6 +182,55 @@ describe('runProxiedQuery', () => {
     expect(reset.rows).toEqual([{ statement_timeout: '5s' }]);
   });
 
+  it("a copy is bounded by the bound it asks for, up to the copy maximum — not the statement's", async () => {
+    start(ALICE, 'tok-copy');
+    const series = (n: number) => `select generate_series(1, ${n})::text as n`;
+    const small = { maxRows: 4, maxBytes: 1000, copyMaxRows: 6, copyMaxBytes: 40 };
+    // Past the per-statement maxRows: refused as a statement, answered as a copy within its bound.
+    await expect(ask('tok-copy', series(5), {}, small)).rejects.toMatchObject({
+      code: 'E_RESULT_TOO_LARGE',
+    });
+    const within = await ask('tok-copy', series(5), { copy: { maxRows: 5, maxBytes: 100 } }, small);
+    expect(within.rows).toHaveLength(5);
+    // One row past the bound it asked for, or past the copy maximum whatever it asked for.
+    for (const [n, copy] of [
+      [6, { maxRows: 5, maxBytes: 100 }],
+      [7, { maxRows: 1_000_000, maxBytes: 100 }],
+    ] as const) {
+      await expect(ask('tok-copy', series(n), { copy }, small)).rejects.toMatchObject({
+        code: 'E_RESULT_TOO_LARGE',
+        status: 413,
+        message: expect.stringMatching(/copy/),
+      });
+    }
+    expect(
+      (await ask('tok-copy', series(6), { copy: { maxRows: 9, maxBytes: 9 } }, small)).rows,
+    ).toHaveLength(6);
+    // Bytes are the values' text (UTF-8), as DuckDB's bound counts them: within, past the bound
+    // asked for, past the copy maximum.
+    const text = (bytes: number) => `select repeat('é', ${bytes / 2}) as s`;
+    expect(
+      (await ask('tok-copy', text(40), { copy: { maxRows: 1, maxBytes: 40 } }, small)).rows,
+    ).toHaveLength(1);
+    for (const copy of [
+      { maxRows: 1, maxBytes: 38 },
+      { maxRows: 1, maxBytes: 1 << 30 },
+    ]) {
+      await expect(ask('tok-copy', text(42), { copy }, small)).rejects.toMatchObject({
+        code: 'E_RESULT_TOO_LARGE',
+      });
+    }
+    // A malformed bound is refused before any lease.
+    for (const copy of [
+      { maxRows: -1, maxBytes: 1 },
+      { maxRows: 1 },
+      { maxRows: 1.5, maxBytes: 1 },
+    ])
+      await expect(
+        ask('tok-copy', series(1), { copy: copy as { maxRows: number; maxBytes: number } }),
+      ).rejects.toMatchObject({ code: 'E_STATEMENT_REFUSED' });
+  });
+
   it("ctx.hasRole through the proxy: the recorded viewer's roles, for a live token only", async () => {
     start(ALICE, 'tok-holds');
     const check = (role: string, token = 'tok-holds', protocol: unknown = AGENT_PROTOCOL_VERSION) =>

@@ -42,6 +42,8 @@ const SECRET_KEY = randomBytes(32).toString('hex');
 const made: Record<string, string> = {};
 /** Embed links signed by the test: like tokens, never to appear in a log line. */
 const embedLinks: string[] = [];
+/** The embed links the embed row signed, with the counts each must see (the twins reuse them). */
+const embedViewers: { link: string; counts: unknown }[] = [];
 const token = (email: string) => made[email] ?? demoToken(SECRET_KEY, email);
 
 interface Patient {
@@ -202,6 +204,7 @@ describe('what each viewer sees, each row also on a cache hit', () => {
     const north = await linkFor('north');
     const south = await linkFor('south');
     embedLinks.push(north, south);
+    embedViewers.push({ link: north, counts: NORTH_COUNTS }, { link: south, counts: SOUTH_COUNTS });
     for (const [link, expected] of [
       [north, NORTH_COUNTS],
       [south, SOUTH_COUNTS],
@@ -491,6 +494,29 @@ describe('the Python and DuckDB twins, through the server, each row also on a ca
         403,
         'E_NO_VIEWER',
       );
+    },
+  );
+  it.each(['py', 'duckdb'] as const)(
+    '%s: per-viewer embed links see their signed counts; patient detail refused',
+    async (kind) => {
+      const { patients, counts } = twins(kind);
+      // The embed row above signed these links; without it this test has nothing to check.
+      expect(embedViewers).toHaveLength(2);
+      const embedRun = async (link: string, path: string) =>
+        asRun(
+          await request('POST', `/api/w/${WS}/embed/apps/clinics/run`, {
+            token: link,
+            body: { path },
+          }),
+        );
+      for (const { link, counts: expected } of embedViewers) {
+        for (let i = 0; i < 2; i++) {
+          const answer = await embedRun(link, counts);
+          expectOk(answer, i === 1);
+          expect(answer.result).toEqual(expected);
+        }
+        await refusedTwice(() => embedRun(link, patients), 403, 'E_ROLE_REQUIRED');
+      }
     },
   );
 });
