@@ -105,6 +105,19 @@ export const StoreUnavailableError = defineError(
   503,
 );
 export type StoreUnavailableError = InstanceType<typeof StoreUnavailableError>;
+/**
+ * A two-tier store was used before its invalidation bus was first confirmed (subscribed, epochs
+ * loaded): `openTwoTierStore` did not confirm it within `openTimeout`, or a store made with
+ * `createTwoTierStore` was asked to look up or invalidate while Redis had not answered yet. A
+ * lookup refused this way runs uncached (counted as a bypass, `store-not-ready`).
+ */
+export const StoreNotReadyError = defineError(
+  'E_STORE_NOT_READY',
+  'StoreNotReadyError',
+  'the two-tier cache store has not reached Redis yet: await openTwoTierStore(...) (or store.ready()) before using it',
+  503,
+);
+export type StoreNotReadyError = InstanceType<typeof StoreNotReadyError>;
 /** A job with no recorded viewer asked for a viewer connection. */
 export const NoViewerError = defineError(
   'E_NO_VIEWER',
@@ -192,6 +205,30 @@ export const DatatableUnavailableError = defineError(
   500,
 );
 export type DatatableUnavailableError = InstanceType<typeof DatatableUnavailableError>;
+/**
+ * The data table's database could not be reached: the connection was refused, terminated while
+ * it was being opened, or not opened in time. Carries `datatable`; the original error is the
+ * `cause`. 503, safe to retry once the database is back.
+ */
+export const DatatableUnreachableError = defineError(
+  'E_DATATABLE_UNREACHABLE',
+  'DatatableUnreachableError',
+  'the data table is unavailable: its database is unreachable; retry once it is back',
+  503,
+);
+export type DatatableUnreachableError = InstanceType<typeof DatatableUnreachableError>;
+/**
+ * A database the reference server itself reads (its credentials: API tokens, embed keys, agent
+ * tokens) could not be reached, so a request could not be authenticated: refused (fail closed),
+ * 503, safe to retry once the database is back.
+ */
+export const DatabaseUnreachableError = defineError(
+  'E_DATABASE_UNREACHABLE',
+  'DatabaseUnreachableError',
+  "the server's database is unreachable, so credentials cannot be checked; retry once it is back",
+  503,
+);
+export type DatabaseUnreachableError = InstanceType<typeof DatabaseUnreachableError>;
 /** An admin operation on the catalog was refused (duplicate role, role in use, …). */
 export const CatalogError = defineError(
   'E_CATALOG',
@@ -458,6 +495,7 @@ export const errors = {
   E_EXECUTOR_FAILED: ExecutorFailedError,
   E_EXECUTOR_TIMEOUT: ExecutorTimeoutError,
   E_STORE_UNAVAILABLE: StoreUnavailableError,
+  E_STORE_NOT_READY: StoreNotReadyError,
   E_NO_VIEWER: NoViewerError,
   E_NO_ROLES: NoRolesError,
   E_ROLE_NOT_PERMITTED: RoleNotPermittedError,
@@ -469,6 +507,8 @@ export const errors = {
   E_ROLE_RESOLUTION_FAILED: RoleResolutionFailedError,
   E_CONNECT_FAILED: ConnectFailedError,
   E_DATATABLE_UNAVAILABLE: DatatableUnavailableError,
+  E_DATATABLE_UNREACHABLE: DatatableUnreachableError,
+  E_DATABASE_UNREACHABLE: DatabaseUnreachableError,
   E_CATALOG: CatalogError,
   E_CONNECTION_LOST: ConnectionLostError,
   E_INVALID_DATA: InvalidDataError,

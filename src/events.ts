@@ -33,7 +33,7 @@ export interface ResultCacheEvents {
  * another deployment's); past its expiry.
  */
 export type RejectionReason = 'corrupt' | 'foreign-key' | 'unauthentic' | 'expired';
-export type BypassReason = 'no-ttl' | 'store-resting' | 'fingerprint-failed';
+export type BypassReason = 'no-ttl' | 'store-resting' | 'fingerprint-failed' | 'store-not-ready';
 export type NotStoredReason = 'fingerprint-moved' | 'unserializable' | 'too-large' | 'store-failed';
 
 /** Event emitter with the map above; `has` lets hot paths skip building payloads. */

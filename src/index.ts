@@ -67,7 +67,9 @@ export {
   CatalogError,
   ConnectFailedError,
   ConnectionLostError,
+  DatabaseUnreachableError,
   DatatableUnavailableError,
+  DatatableUnreachableError,
   DuckdbRefusedError,
   DuckdbUnavailableError,
   EmbedAudienceError,
@@ -101,6 +103,7 @@ export {
   RoleResolutionFailedError,
   SealRequiredError,
   StatementRefusedError,
+  StoreNotReadyError,
   StoreUnavailableError,
   UnknownDatatableError,
   UnknownRoleError,
@@ -196,8 +199,15 @@ export type {
   MemoryTier,
   StoreTiers,
 } from './stores/store.js';
-export type { RawTwoTierCacheStoreOptions } from './stores/two_tier_store.js';
-export { createTwoTierStore, TwoTierCacheStore } from './stores/two_tier_store.js';
+export type {
+  OpenTwoTierStoreOptions,
+  RawTwoTierCacheStoreOptions,
+} from './stores/two_tier_store.js';
+export {
+  createTwoTierStore,
+  openTwoTierStore,
+  TwoTierCacheStore,
+} from './stores/two_tier_store.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

@@ -1,5 +1,5 @@
 import type { FingerprintFn, FingerprintTracking } from '../connector/fingerprint.js';
-import { InvalidationUnsupportedError, InvalidJobError } from '../errors.js';
+import { InvalidationUnsupportedError, InvalidJobError, StoreNotReadyError } from '../errors.js';
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import type { Job, JobExecutor, RunOptions } from '../job.js';
 import { ComputedResult, type JobResult, StoredResult } from '../job_result.js';
@@ -160,7 +160,9 @@ class ResultCache implements CachedExecutor {
         'cache fingerprint failed; running uncached until it answers again',
       );
     }
-    return this.#bypass(job, 'fingerprint-failed', passDown);
+    // A two-tier store that has not reached Redis yet: said apart, it is not a catalog fault.
+    const notReady = (err as { code?: unknown } | null)?.code === StoreNotReadyError.code;
+    return this.#bypass(job, notReady ? 'store-not-ready' : 'fingerprint-failed', passDown);
   }
 
   #fingerprintAnswered(): void {

@@ -8,7 +8,7 @@
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
-import { ConnectFailedError, ViewerCacheError } from '../errors.js';
+import { ConnectFailedError, DatatableUnreachableError, ViewerCacheError } from '../errors.js';
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
@@ -34,6 +34,7 @@ import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
 import { CoalescingSocket } from './pg/coalescing_socket.js';
 import { GuardedClient } from './pg/pg_clients.js';
+import { unreachableReason } from './pg/sqlstate.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 
@@ -260,13 +261,21 @@ class DatatableService implements Datatables {
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
       return lease;
     } catch (thrown) {
+      // The data table's database down (refused, terminated while connecting, timed out) is
+      // said as such, whichever step met it (the catalog read, the login, the binding).
+      const unreachable = unreachableReason(thrown);
       const err =
-        thrown instanceof ViewerCacheError
-          ? thrown
-          : new ConnectFailedError('could not connect to the data table', {
-              cause: thrown,
-              datatable: ref.name,
-            });
+        unreachable !== null
+          ? new DatatableUnreachableError(
+              `data table "${ref.name}" is unavailable: its database is unreachable (${unreachable}); retry once it is back`,
+              { cause: thrown, datatable: ref.name },
+            )
+          : thrown instanceof ViewerCacheError
+            ? thrown
+            : new ConnectFailedError('could not connect to the data table', {
+                cause: thrown,
+                datatable: ref.name,
+              });
       if (this.events.has('datatable:refused'))
         this.events.emit('datatable:refused', { code: err.code, access });
       throw err;

@@ -93,13 +93,26 @@ export function buildCli(): Command {
       const { startServer } = await import('./runtime.js');
       const logger = createServerLogger(config);
       exitOnFatal(logger);
-      // Signals are handled from the start: a SIGTERM while PostgreSQL starts stops it too.
-      const starting = startServer(config, logger);
+      // Signals are handled from the start: a SIGTERM while PostgreSQL starts (or migrations
+      // run) stops start-up at its next step, which closes what it opened, PostgreSQL included.
+      const abort = new AbortController();
+      const starting = startServer(config, logger, { signal: abort.signal });
       const stopped = closeOnSignals(async () => {
+        abort.abort(new Error('stopped by a signal during start-up'));
         const server = await starting.catch(() => null);
         await server?.close();
       }, logger);
-      const started = await Promise.race([starting, stopped.then(() => null)]);
+      const started = await Promise.race([
+        starting.catch((err: unknown) => {
+          if (abort.signal.aborted) return null; // a requested stop, not a failed start
+          throw err;
+        }),
+        stopped.then(() => null),
+      ]);
+      if (started === null) {
+        await stopped;
+        if (abort.signal.aborted) logger.info('stopped during start-up');
+      }
       if (started !== null) {
         printWelcome(
           process.stdout,

@@ -9,6 +9,7 @@ import {
   MemoryCacheStore,
   RedisCacheStore,
   TwoTierCacheStore,
+  type ViewerCacheError,
 } from '../index.js';
 import type { ServerConfig } from './config.js';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from './embedded_postgres.js';
@@ -57,20 +58,27 @@ export function openRedis(config: ServerConfig): Redis | Cluster {
   });
 }
 
+/** How long start-up waits for the two-tier store's invalidation bus before serving anyway. */
+export const CACHE_STORE_OPEN_TIMEOUT_MS = 5000;
+
 /**
  * The cache store: Redis (with a memory tier in front unless VIEWER_CACHE_MEMORY_TIER_BYTES=0)
- * when REDIS_URL is set, else in process; the same for a server and a worker.
+ * when REDIS_URL is set, else in process; the same for a server and a worker. A two-tier store
+ * is awaited until usable (its bus confirmed), so the first request after the ready line is
+ * cached; if Redis does not answer within {@link CACHE_STORE_OPEN_TIMEOUT_MS}, one warning
+ * (`E_STORE_NOT_READY`) and the server serves uncached until it does (Redis is a cache: its
+ * outage must not keep the server down; `/readyz` says `redis: down` meanwhile).
  */
-export function openCacheStore(
+export async function openCacheStore(
   config: ServerConfig,
   logger: Logger,
   cleanup: (() => Promise<unknown>)[],
-): {
+): Promise<{
   store: CacheStore;
   storeState?: () => Promise<string>;
   /** The invalidation bus's state (two tiers only). */
   busState?: () => 'confirmed' | 'unconfirmed';
-} {
+}> {
   let store: CacheStore;
   let storeState: (() => Promise<string>) | undefined;
   let busState: (() => 'confirmed' | 'unconfirmed') | undefined;
@@ -86,6 +94,14 @@ export function openCacheStore(
         memory: { maxBytes: config.memoryTierBytes },
       });
       cleanup.push(() => twoTier.close());
+      await twoTier
+        .ready({ timeout: CACHE_STORE_OPEN_TIMEOUT_MS })
+        .catch((err: ViewerCacheError) => {
+          logger.warn(
+            { code: err.code, err: err.message },
+            'cache store not ready: Redis did not answer at start; runs go uncached until it does',
+          );
+        });
       store = twoTier;
       busState = () => (twoTier.invalidation.confirmed ? 'confirmed' : 'unconfirmed');
     } else {

@@ -91,6 +91,7 @@ export async function startEmbeddedPostgres(
     onLog: (message) => logger.trace({ pg: message.trim() }, 'embedded postgres'),
     onError: (error) => logger.debug({ pg: String(error).trim() }, 'embedded postgres'),
   });
+  logger.info({ port }, 'starting embedded PostgreSQL');
   if (!existsSync(join(dataDir, 'PG_VERSION'))) {
     logger.info({ dataDir }, 'initialising embedded PostgreSQL (first start)');
     await server.initialise();

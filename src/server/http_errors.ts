@@ -30,6 +30,16 @@ const defaultMessage = (error: ViewerCacheError): string =>
   (error.constructor as { defaultMessage?: string }).defaultMessage ?? 'internal error';
 
 /**
+ * The class's default message, naming the data table when the refusal is about its database
+ * being unreachable (the name passed the reference grammar: a safe identifier, never data).
+ */
+function safeMessage(error: ViewerCacheError): string {
+  if (error.code === errors.E_DATATABLE_UNREACHABLE.code && error.datatable !== undefined)
+    return `data table "${error.datatable}" is unavailable: its database is unreachable; retry once it is back`;
+  return defaultMessage(error);
+}
+
+/**
  * The answer for anything a route threw. A coded refusal keeps its code and status wherever in
  * the job tree it was raised (a child job's E_NO_VIEWER is a 403, even wrapped in the parent's
  * failure); a Postgres data exception is the client's 400 E_INVALID_DATA; only what is left is
@@ -42,7 +52,7 @@ export function toHttpError(error: Thrown): HttpErrorBody {
   const refusal = codedRefusal(error);
   if (refusal !== null) return refusal;
   if (error instanceof ViewerCacheError) {
-    const message = error.status < 500 ? error.message : defaultMessage(error);
+    const message = error.status < 500 ? error.message : safeMessage(error);
     return { status: error.status, code: error.code, message };
   }
   if (error.validation !== undefined) {
@@ -86,7 +96,7 @@ function codedRefusal(error: unknown): HttpErrorBody | null {
       return {
         status: current.status,
         code: current.code,
-        message: own ? current.message : defaultMessage(current),
+        message: own ? current.message : safeMessage(current),
       };
     }
     const sqlstate = (current as { code?: unknown }).code;

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type pg from 'pg';
-import type { Logger } from '../index.js';
+import { DatabaseUnreachableError, type Logger } from '../index.js';
+import { PollBackoff } from './poll_backoff.js';
 import { SERVER_SCHEMA } from './server_migrations.js';
 
 export interface RevocableCacheOptions {
@@ -20,6 +21,11 @@ export interface RevocableCacheOptions {
  * Credential lookups (API tokens, embed keys) cached in process, cleared when the server's
  * shared revocation generation (`token_generation`, bumped by every revoke) moves. One poller
  * shape for both, so a revocation reaches every process within `maxStaleMs` for either.
+ *
+ * While Postgres does not answer, the poll backs off: each failure doubles the pause (from a
+ * quarter of `maxStaleMs`, capped at `MAX_POLL_BACKOFF_MS`) and logs one warning saying
+ * when it tries again; the first poll that answers logs one info line. Lookups meanwhile go to
+ * Postgres (the cache is stale), so the backoff delays nothing but the log.
  */
 export class RevocableCache<V extends object> {
   readonly #pool: pg.Pool;
@@ -34,23 +40,35 @@ export class RevocableCache<V extends object> {
   #epoch = 0;
   #timer: NodeJS.Timeout | undefined;
   #polling = false;
+  #stopped = false;
+  readonly #backoff: PollBackoff;
 
   constructor(pool: pg.Pool, options: RevocableCacheOptions) {
     this.#pool = pool;
     this.#maxStaleMs = options.maxStaleMs ?? 1000;
     this.#logger = options.logger;
     this.#what = options.what;
+    this.#backoff = new PollBackoff(Math.max(50, this.#maxStaleMs / 4));
   }
 
   /** Starts polling the revocation generation (a quarter of `maxStaleMs` apart). */
   async start(): Promise<void> {
+    this.#stopped = false;
     await this.#poll();
-    this.#timer = setInterval(() => void this.#poll(), Math.max(50, this.#maxStaleMs / 4));
-    this.#timer.unref();
+    this.#next();
   }
 
   stop(): void {
-    clearInterval(this.#timer);
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+  }
+
+  #next(): void {
+    if (this.#stopped) return;
+    this.#timer = setTimeout(() => {
+      void this.#poll().then(() => this.#next());
+    }, this.#backoff.delayMs);
+    this.#timer.unref();
   }
 
   /** The value cached for `key`, or what `load` finds in Postgres (cached unless a clear raced). */
@@ -63,7 +81,14 @@ export class RevocableCache<V extends object> {
       if (cached !== undefined) return cached === false ? null : cached;
     }
     const epoch = this.#epoch;
-    const found = await load();
+    let found: V | null;
+    try {
+      found = await load();
+    } catch (err) {
+      // Fail closed, and say why: the credential cannot be checked while Postgres is away.
+      if (!isUnreachable(err)) throw err;
+      throw new DatabaseUnreachableError(undefined, { cause: err });
+    }
     if (epoch === this.#epoch) this.#cache.set(key, found ?? false);
     return found;
   }
@@ -87,13 +112,50 @@ export class RevocableCache<V extends object> {
         this.#clear();
       }
       this.#confirmedAt = sentAt;
+      const failedPolls = this.#backoff.answered();
+      if (failedPolls > 0) {
+        this.#logger?.info(
+          { failedPolls },
+          `revocation poll answering again; ${this.#what} cached again`,
+        );
+      }
     } catch (err) {
+      this.#backoff.failed();
+      // One line per backoff step, not per period: an outage must not flood the log.
+      const { failures: failedPolls, delayMs: retryInMs } = this.#backoff;
       this.#logger?.warn(
-        { err: (err as Error).message },
+        { err: (err as Error).message, failedPolls, retryInMs },
         `revocation poll failed; ${this.#what} are checked in Postgres until it answers`,
       );
     } finally {
       this.#polling = false;
     }
   }
+}
+
+/** Socket errors and SQLSTATEs of a Postgres that cannot be reached (or is shutting down). */
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'EPIPE',
+  '57P01',
+  '57P02',
+  '57P03',
+  '08001',
+  '08006',
+]);
+
+/** Whether a pg error says the database is unreachable (by code, or pg's own fixed texts). */
+function isUnreachable(err: unknown): boolean {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && UNREACHABLE.has(code)) return true;
+  return (
+    typeof message === 'string' &&
+    /Connection terminated|timeout exceeded when trying to connect/i.test(message)
+  );
 }

@@ -24,6 +24,7 @@ import { WORKSPACE_RE } from './http_schemas.js';
 import { createMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
 import { PerRecipientRuns } from './per_recipient_runs.js';
+import { PollBackoff } from './poll_backoff.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
 import { ApiTokens, JobTokens } from './tokens.js';
@@ -47,8 +48,20 @@ export interface RunningServer {
  * Starts the reference server: Postgres (given or embedded), the catalog, the cache store (Redis
  * or in process), the executor with the apps module's runnables (or the demo's), the scheduler and the HTTP API.
  */
-export async function startServer(config: ServerConfig, logger: Logger): Promise<RunningServer> {
+export async function startServer(
+  config: ServerConfig,
+  logger: Logger,
+  options: {
+    /**
+     * Aborted (a SIGTERM or SIGINT during start-up): start-up stops at its next step, closes
+     * what it opened (embedded PostgreSQL included) and rejects with the signal's reason.
+     */
+    signal?: AbortSignal;
+  } = {},
+): Promise<RunningServer> {
   const cleanup: (() => Promise<unknown>)[] = [];
+  // Between steps: a stop asked for during start-up is not kept waiting for the rest of it.
+  const stillStarting = () => options.signal?.throwIfAborted();
   const close = async () => {
     for (const step of cleanup.reverse()) await step().catch(() => {});
   };
@@ -71,8 +84,10 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
 
     // The database first: an embedded PostgreSQL refused as root (a folder its OS user cannot
     // enter) is refused before the secret key is written into the data folder.
+    stillStarting();
     const database = await openDatabase(config, logger);
     if (database.embedded !== null) cleanup.push(() => database.embedded!.stop());
+    stillStarting();
     const secretKey = await loadSecretKey(config);
 
     const datatables: Datatables = await createDatatables({
@@ -87,6 +102,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       logger,
     });
     cleanup.push(() => datatables.close());
+    stillStarting();
     const pool = new pg.Pool({
       connectionString: database.url,
       max: 4,
@@ -95,8 +111,10 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     pool.on('error', (err) => logger.warn({ err: err.message }, 'server database connection lost'));
     cleanup.push(() => pool.end());
     await migrateServer(pool);
+    stillStarting();
 
-    const { store, storeState, busState } = openCacheStore(config, logger, cleanup);
+    const { store, storeState, busState } = await openCacheStore(config, logger, cleanup);
+    stillStarting();
 
     const jobTokens = new JobTokens();
     const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
@@ -161,21 +179,42 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       });
       demoTokens = seeded.tokens;
     }
+    stillStarting();
 
     const outbox = new Outbox(pool, { retentionMs: config.outboxRetentionMs });
     // Delivered rows do not accumulate: swept once before serving, then a few times per
     // retention (at most every 10 minutes); reads skip expired rows between sweeps anyway.
     await outbox.sweep();
-    const sweeper = setInterval(
-      () => {
-        outbox.sweep().catch((err: { code?: unknown }) => {
-          logger.warn({ code: err.code }, 'outbox sweep failed');
-        });
-      },
-      Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)),
-    );
-    sweeper.unref();
-    cleanup.push(async () => clearInterval(sweeper));
+    // Backs off while Postgres does not answer: one warning per step, one info line after.
+    const sweeps = new PollBackoff(Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)));
+    let sweeper: NodeJS.Timeout | undefined;
+    let sweeping = true;
+    const sweepLater = () => {
+      if (!sweeping) return;
+      sweeper = setTimeout(() => {
+        outbox.sweep().then(
+          () => {
+            const failedPolls = sweeps.answered();
+            if (failedPolls > 0) logger.info({ failedPolls }, 'outbox sweep answering again');
+            sweepLater();
+          },
+          (err: { code?: unknown }) => {
+            sweeps.failed();
+            logger.warn(
+              { code: err.code, failedPolls: sweeps.failures, retryInMs: sweeps.delayMs },
+              'outbox sweep failed',
+            );
+            sweepLater();
+          },
+        );
+      }, sweeps.delayMs);
+      sweeper.unref();
+    };
+    sweepLater();
+    cleanup.push(async () => {
+      sweeping = false;
+      clearTimeout(sweeper);
+    });
     const perRecipient = new PerRecipientRuns({
       executor,
       cache,
@@ -230,6 +269,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       ...(busState ? { busState } : {}),
     });
     cleanup.push(() => app.close());
+    stillStarting();
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
     // The first scheduled run happens before anyone is told the server is up — in process. On

@@ -80,7 +80,7 @@ export async function startWorker(
     pool.on('error', (err) => logger.warn({ err: err.message }, 'worker database connection lost'));
     cleanup.push(() => pool.end());
     await migrateQueue(pool);
-    const { store } = openCacheStore(config, logger, cleanup);
+    const { store } = await openCacheStore(config, logger, cleanup);
 
     // A runnable's job-token child run goes to the server (VIEWER_CACHE_SERVER_URL), from
     // parts validated here, as on the server.

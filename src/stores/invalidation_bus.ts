@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster, type Redis } from 'ioredis';
-import { StoreUnavailableError } from '../errors.js';
+import { StoreNotReadyError, StoreUnavailableError } from '../errors.js';
 import { WORKSPACE_RE } from '../job.js';
 import type { CacheInvalidation, InvalidationScope } from './store.js';
 
@@ -25,6 +25,11 @@ import type { CacheInvalidation, InvalidationScope } from './store.js';
  * While it is not confirmed, each lookup reads the epochs from Redis (one HMGET); when that fails
  * too, the lookup rejects and the run goes uncached. Nothing is ever served on an epoch view
  * that could not be confirmed.
+ *
+ * Before the view is confirmed for the first time, the bus is *opening*: lookups and
+ * invalidations wait for the first confirmation (within `timeoutMs`), so a store used right
+ * after it is made still caches; if Redis has not been reached by then (or the first attempt
+ * failed), they refuse with {@link StoreNotReadyError} until it is. `ready()` waits for it.
  */
 export class RedisInvalidationBus implements CacheInvalidation {
   readonly #client: Redis | Cluster;
@@ -46,6 +51,16 @@ export class RedisInvalidationBus implements CacheInvalidation {
   #pinging = false;
   #closed = false;
   readonly #confirmedWaiters: (() => void)[] = [];
+  /** Whether the view was ever confirmed (the bus has opened): from then on, the Redis fallback. */
+  #opened = false;
+  /**
+   * Settles when the first connection attempt is over: confirmed, or failed. `null` after that.
+   * Lookups and invalidations made meanwhile wait for it rather than fail on a socket not up yet.
+   */
+  #opening: Promise<void> | null;
+  #endOpening: () => void = () => {};
+  /** Why the bus has not opened, for the refusal's `cause` (the last connection failure). */
+  #lastFailure: unknown = undefined;
   /** The subscribed connection's name in `CLIENT LIST`, for operators (and fault tests). */
   readonly connectionName: string;
 
@@ -66,6 +81,12 @@ export class RedisInvalidationBus implements CacheInvalidation {
     this.#timeoutMs = options.timeoutMs;
     this.#heartbeatMs = options.heartbeatMs;
     this.#dropped = options.dropped;
+    this.#opening = new Promise<void>((resolve) => {
+      this.#endOpening = () => {
+        this.#opening = null;
+        resolve();
+      };
+    });
     const client = this.#client;
     this.connectionName = `viewer-cache:invalidations:${randomBytes(4).toString('hex')}`;
     // One more connection, for subscribing: a subscribed connection can issue no other commands.
@@ -83,10 +104,18 @@ export class RedisInvalidationBus implements CacheInvalidation {
             retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 2000),
           });
     const subscriber = this.#subscriber;
-    subscriber.on('error', () => {}); // every failure is a 'close' too, which unconfirms
+    // Every failure is a 'close' too, which unconfirms (and ends the opening attempt).
+    subscriber.on('error', (err: unknown) => {
+      this.#lastFailure = err;
+    });
     subscriber.on('ready', () => void this.#resync());
-    subscriber.on('close', () => this.#unconfirm());
-    subscriber.on('end', () => this.#unconfirm());
+    // A connection that closes before the bus ever opened ends the opening attempt too.
+    const lost = () => {
+      this.#unconfirm();
+      this.#endOpening();
+    };
+    subscriber.on('close', lost);
+    subscriber.on('end', lost);
     subscriber.on('message', (channel: string, message: string) => {
       if (channel === this.#channel) this.#received(message);
     });
@@ -100,20 +129,47 @@ export class RedisInvalidationBus implements CacheInvalidation {
     return this.#view !== null;
   }
 
-  /** Resolves when the view is confirmed (now, if it is). For start-up and tests. */
+  /** Whether the view was ever confirmed: until then, lookups refuse with `E_STORE_NOT_READY`. */
+  get opened(): boolean {
+    return this.#opened;
+  }
+
+  /** Resolves when the view is confirmed (now, if it is). Unbounded: see {@link ready}. */
   whenConfirmed(): Promise<void> {
     if (this.#view !== null) return Promise.resolve();
     return new Promise((resolve) => this.#confirmedWaiters.push(resolve));
   }
 
+  /**
+   * Resolves once the view is confirmed (now, if it is); rejects with {@link StoreNotReadyError}
+   * (the last connection failure as its `cause`) if it is not within `timeoutMs`.
+   */
+  ready(timeoutMs: number): Promise<void> {
+    if (this.#view !== null) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const at = this.#confirmedWaiters.indexOf(done);
+        if (at >= 0) this.#confirmedWaiters.splice(at, 1);
+        reject(this.#notReady(`not confirmed within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.#confirmedWaiters.push(done);
+    });
+  }
+
   tag(workspace: string, path: string): string | Promise<string> {
     const view = this.#view;
     if (view !== null) return view.tag(workspace, path);
+    if (!this.#opened) return this.#untilOpened().then(() => this.tag(workspace, path));
     return this.#fetchTag(workspace, path);
   }
 
   async invalidate(scope: InvalidationScope): Promise<void> {
     const field = fieldOf(scope);
+    if (!this.#opened) await this.#untilOpened();
     const [id, epoch] = await bounded(
       bump(this.#client, this.#hashKey, this.#channel, field),
       'invalidate',
@@ -128,6 +184,7 @@ export class RedisInvalidationBus implements CacheInvalidation {
     if (this.#heartbeat !== null) clearInterval(this.#heartbeat);
     this.#heartbeat = null;
     this.#unconfirm();
+    this.#endOpening();
     await this.#bounded(this.#subscriber.quit(), 'quit').catch(() => this.#subscriber.disconnect());
   }
 
@@ -140,6 +197,9 @@ export class RedisInvalidationBus implements CacheInvalidation {
     this.#heard = heard;
     try {
       await this.#bounded(this.#subscriber.subscribe(this.#channel), 'subscribe');
+      // The commands' connection may still be connecting (a client with no offline queue
+      // would refuse the load): wait for it, within the timeout, like every command.
+      await this.#bounded(connected(this.#client), 'connect');
       const [, all] = (await this.#bounded(
         this.#client
           .multi()
@@ -155,8 +215,13 @@ export class RedisInvalidationBus implements CacheInvalidation {
       this.#view = view;
       for (const [id, epoch, field] of heard) this.#apply(id, epoch, field);
       if (this.#view !== view) return; // one of them was from another incarnation: resyncing
+      this.#opened = true;
+      this.#endOpening();
       for (const resolve of this.#confirmedWaiters.splice(0)) resolve();
-    } catch {
+    } catch (err) {
+      this.#lastFailure = err;
+      // The first attempt failed: refuse from now on instead of making every lookup wait.
+      this.#endOpening();
       // Not confirmed: lookups keep reading Redis. Force a reconnect, which resyncs on 'ready'.
       if (session === this.#session && !this.#closed) this.#subscriber.disconnect(true);
     }
@@ -209,6 +274,30 @@ export class RedisInvalidationBus implements CacheInvalidation {
         this.#unconfirm();
         this.#subscriber.disconnect(true);
       },
+    );
+  }
+
+  /** Waits for the opening attempt (within the timeout); refuses if the bus did not open. */
+  async #untilOpened(): Promise<void> {
+    const opening = this.#opening;
+    if (opening !== null) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        opening,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, this.#timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    if (!this.#opened) throw this.#notReady('Redis has not answered yet');
+  }
+
+  #notReady(why: string): StoreNotReadyError {
+    const cause = this.#lastFailure;
+    return new StoreNotReadyError(
+      `the two-tier cache store is not ready (${why}): its invalidation bus has not loaded the epochs from Redis; await openTwoTierStore(...) or store.ready() before using it`,
+      cause === undefined ? {} : { cause },
     );
   }
 
@@ -268,6 +357,22 @@ async function bump(
     channel,
   )) as [string, number, number];
   return [String(id), Number(epoch), Number(receivers)];
+}
+
+/** Resolves when `client` is ready for commands (at once, if it is). */
+function connected(client: Redis | Cluster): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve();
+  return new Promise<void>((resolve, reject) => {
+    const ready = () => {
+      client.off('end', ended);
+      resolve();
+    };
+    const ended = () => {
+      client.off('ready', ready);
+      reject(new Error('the connection ended'));
+    };
+    client.once('ready', ready).once('end', ended);
+  });
 }
 
 function bounded<T>(command: Promise<T>, op: string, timeoutMs: number): Promise<T> {

@@ -24,6 +24,15 @@ export interface RawTwoTierCacheStoreOptions {
   heartbeat?: Duration;
 }
 
+export interface OpenTwoTierStoreOptions extends RawTwoTierCacheStoreOptions {
+  /**
+   * Longest `openTwoTierStore` waits for the invalidation bus to be confirmed (Redis reached,
+   * subscribed, epochs loaded) before it closes the store and rejects with `E_STORE_NOT_READY`.
+   * @default 5000 (ms)
+   */
+  openTimeout?: Duration;
+}
+
 /**
  * Recent entries in process (an LRU bounded by bytes) in front of Redis, plus invalidation shared
  * by every process on the Redis ({@link RedisInvalidationBus}).
@@ -37,6 +46,10 @@ export interface RawTwoTierCacheStoreOptions {
  *   result cache tags what it writes and reads), plus the workspace's untagged entries, whose
  *   runnable the store cannot know. The tag is computed in each process from the workspace and
  *   path the bus message already carries: nothing more about the path goes to Redis.
+ * - Until its bus is confirmed for the first time (Redis reached, subscribed, epochs loaded),
+ *   the store is *opening*: a lookup or `invalidate` waits for that (within `commandTimeout`),
+ *   then refuses with `E_STORE_NOT_READY` (a lookup so refused runs uncached, counted as the
+ *   bypass `store-not-ready`). {@link openTwoTierStore} resolves only once it is confirmed.
  */
 export class TwoTierCacheStore implements InvalidatingCacheStore {
   readonly memory: MemoryCacheStore;
@@ -69,6 +82,15 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       },
     });
     this.tiers = Object.freeze({ memory: this.memory, shared: this.redis });
+  }
+
+  /**
+   * Resolves to this store once its invalidation bus is confirmed (at once, if it is); rejects
+   * with `E_STORE_NOT_READY` after `timeout` (the store stays open and keeps trying).
+   */
+  async ready(options: { timeout?: Duration } = {}): Promise<this> {
+    await this.invalidation.ready(resolveDuration(options.timeout ?? 5000, 'timeout'));
+    return this;
   }
 
   /** `tag` (see `CacheStore.get`) indexes what a memory miss keeps from Redis. */
@@ -124,7 +146,33 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
   }
 }
 
-/** `new TwoTierCacheStore(options)`. */
+/**
+ * `new TwoTierCacheStore(options)`, returned at once: the store is opening until its bus is
+ * confirmed (see {@link TwoTierCacheStore}); prefer {@link openTwoTierStore}.
+ */
 export function createTwoTierStore(options: RawTwoTierCacheStoreOptions): TwoTierCacheStore {
   return new TwoTierCacheStore(options);
+}
+
+/**
+ * A two-tier store, resolved once it is usable: Redis reached, the invalidation bus subscribed
+ * and the epochs loaded, so the first run after it resolves is cached and `invalidate` works.
+ * Not confirmed within `openTimeout` (Redis unreachable, wrong URL): the store is closed and the
+ * promise rejects with `E_STORE_NOT_READY`, the last connection failure as its `cause`.
+ */
+export async function openTwoTierStore(
+  options: OpenTwoTierStoreOptions,
+): Promise<TwoTierCacheStore> {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError('openTwoTierStore needs options with a `redis` URL or client');
+  }
+  const timeout = resolveDuration(options.openTimeout ?? 5000, 'openTimeout');
+  if (!(timeout > 0)) throw new TypeError('openTimeout must be greater than 0');
+  const store = new TwoTierCacheStore(options);
+  try {
+    return await store.ready({ timeout });
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
 }

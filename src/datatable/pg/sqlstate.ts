@@ -78,3 +78,40 @@ export const NO_IDENTITY = 'VC401';
 export const NO_ATTRIBUTE = 'VC402';
 /** Reading the email of an embed viewer whose assertion carries none. */
 export const NO_EMAIL = 'VC403';
+
+/** Socket errors and SQLSTATEs of a database that cannot be reached (or is shutting down). */
+const UNREACHABLE_ERRNOS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'EPIPE',
+]);
+const SHUTTING_DOWN = new Set(['57P01', '57P02', '57P03', '08001', '08006']);
+
+/**
+ * Why the database behind `err` (or any error on its cause chain) cannot be reached: refused,
+ * terminated (or shutting down), or timed out; `null` when the chain says nothing of the kind
+ * (a refusal, a statement's own error). Only codes and pg's own fixed texts are read.
+ */
+export function unreachableReason(err: unknown): string | null {
+  let current: unknown = err;
+  for (let depth = 0; depth < 8 && current !== null && typeof current === 'object'; depth++) {
+    const code = sqlstateOf(current);
+    if (code === 'ECONNREFUSED') return 'connection refused';
+    if (code === 'ETIMEDOUT') return 'timed out';
+    if (code !== undefined && (UNREACHABLE_ERRNOS.has(code) || SHUTTING_DOWN.has(code)))
+      return 'connection terminated';
+    const message = (current as { message?: unknown }).message;
+    if (typeof message === 'string') {
+      if (/timeout exceeded when trying to connect|connection timeout/i.test(message))
+        return 'timed out';
+      if (/Connection terminated/i.test(message)) return 'connection terminated';
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  return null;
+}

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -53,6 +54,22 @@ function logLine(child: ChildProcess, msg: string): Promise<void> {
       if (line.includes(`"msg":"${msg}`)) resolve();
     });
     child.once('exit', (code) => reject(new Error(`exited (${code}) before logging ${msg}`)));
+  });
+}
+
+/** The log line that says embedded PostgreSQL is being started (start-up under way). */
+const STARTING_PG = 'starting embedded PostgreSQL';
+const MAIN = join(ROOT, 'src/server/main.ts');
+
+/** Whether anything accepts TCP connections on 127.0.0.1:`port`. */
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
   });
 }
 
@@ -117,6 +134,44 @@ describe('stopping the server', () => {
     } finally {
       redis.kill('SIGCONT');
       redis.kill('SIGKILL');
+    }
+  }, 180_000);
+
+  it('SIGTERM while embedded PostgreSQL is still starting stops it too, exit 0', async () => {
+    // A data folder of its own: the first start initialises PostgreSQL, the longest start-up.
+    const fresh = await mkdtemp(join(tmpdir(), 'viewer-cache-signals-early-'));
+    await chmod(fresh, 0o711);
+    try {
+      const port = await freePort();
+      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, '--json', 'serve'], {
+        cwd: ROOT,
+        env: {
+          ...env,
+          VIEWER_CACHE_DATA_DIR: fresh,
+          VIEWER_CACHE_PG_PORT: String(port),
+          PORT: String(await freePort()),
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      const exit = exited(child);
+      const lines: string[] = [];
+      createInterface({ input: child.stdout! }).on('line', (line) => lines.push(line));
+      await logLine(child, STARTING_PG);
+      child.kill('SIGTERM');
+      expect(await exit).toBe(0);
+      // Nothing was left running: no postmaster, nothing listening on its port.
+      const pid = await readFile(join(fresh, 'pg/data/postmaster.pid'), 'utf8').then(
+        (text) => Number(text.split('\n')[0]),
+        () => null,
+      );
+      if (pid !== null) expect(alive(pid)).toBe(false);
+      expect(await listening(port)).toBe(false);
+      // It stopped, and said so; it never said it was listening.
+      expect(lines.some((line) => line.includes('"msg":"Server listening'))).toBe(false);
+      expect(lines.some((line) => line.includes('"msg":"shutting down"'))).toBe(true);
+      expect(lines.some((line) => line.includes('"msg":"stopped during start-up"'))).toBe(true);
+    } finally {
+      await rm(fresh, { recursive: true, force: true });
     }
   }, 180_000);
 });

@@ -3,11 +3,23 @@ import { runInNewContext } from 'node:vm';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { encodeEntry } from '../../../src/cache/cache_entry.js';
-import { TwoTierCacheStore, withResultCache } from '../../../src/index.js';
+import {
+  createTwoTierStore,
+  openTwoTierStore,
+  TwoTierCacheStore,
+  withResultCache,
+} from '../../../src/index.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { CountingExecutor } from '../../helpers/counting_executor.js';
 import { makeJob } from '../../helpers/jobs.js';
-import { deleteKeys, elapseOnServer, rawClient, uniquePrefix } from '../../helpers/redis.js';
+import {
+  deleteKeys,
+  elapseOnServer,
+  rawClient,
+  redisAddress,
+  uniquePrefix,
+} from '../../helpers/redis.js';
+import { TcpProxy } from '../../helpers/tcp_proxy.js';
 import { registerSealingSuite } from '../../sealing_suite.js';
 import { registerStoreConformance } from '../../store_conformance.js';
 
@@ -174,5 +186,107 @@ describe('TwoTierCacheStore memory tier', () => {
     const held = full - (await heap());
     expect(held).toBeLessThanOrEqual(maxBytes);
     expect(held).toBeGreaterThan(maxBytes * 0.5);
+  });
+});
+
+// A platform engineer expects a store to work once its factory resolves, and anything else to
+// say so with a code: never a silent bypass, never an uncoded throw.
+describe('opening a two-tier store', () => {
+  const stores: TwoTierCacheStore[] = [];
+  afterEach(async () => {
+    for (const store of stores.splice(0)) await store.close();
+    await deleteKeys(raw, prefix);
+  });
+  const job = (q: number) =>
+    makeJob({ viewer: 'alice@example.com', workspace: 'open', args: { q } });
+
+  it('openTwoTierStore resolves once usable: the first run after it is cached, invalidate works', async () => {
+    const store = await openTwoTierStore({ redis: url, prefix });
+    stores.push(store);
+    expect(store.invalidation.confirmed).toBe(true);
+    const inner = new CountingExecutor();
+    const cache = withResultCache(inner, { store, seal: false });
+    expect((await cache.run(job(1))).fromCache).toBe(false);
+    expect((await cache.run(job(1))).fromCache).toBe(true);
+    await cache.invalidate({ workspace: 'open' });
+    expect((await cache.run(job(1))).fromCache).toBe(false);
+    expect((await cache.run(job(1))).fromCache).toBe(true);
+    expect(inner.calls).toBe(2);
+    expect(cache.stats.bypasses).toBe(0);
+  });
+
+  it('createTwoTierStore used at once: its first lookup and invalidate wait for the bus', async () => {
+    const fresh = () => {
+      const store = createTwoTierStore({ redis: url, prefix });
+      stores.push(store);
+      expect(store.invalidation.confirmed).toBe(false);
+      return withResultCache(new CountingExecutor(), { store, seal: false });
+    };
+    const a = fresh();
+    expect((await a.run(job(2))).fromCache).toBe(false);
+    expect((await a.run(job(2))).fromCache).toBe(true);
+    // A brand-new store's first lookup: the entry A wrote, from Redis.
+    expect((await fresh().run(job(2))).fromCache).toBe(true);
+    // A brand-new store's invalidate goes through, and applies to its own next run.
+    const c = fresh();
+    await c.invalidate({ workspace: 'open' });
+    expect((await c.run(job(2))).fromCache).toBe(false);
+    expect(a.stats.bypasses + c.stats.bypasses).toBe(0);
+  });
+
+  it('before Redis answers, lookups and invalidate refuse with E_STORE_NOT_READY; usable once ready()', async () => {
+    const proxy = await TcpProxy.start(redisAddress(url));
+    try {
+      await proxy.setMode('refuse');
+      const store = createTwoTierStore({ redis: redisAddress(url).via(proxy.port), prefix });
+      stores.push(store);
+      const inner = new CountingExecutor();
+      const bypassed: string[] = [];
+      const cache = withResultCache(inner, { store, seal: false });
+      cache.events.on('cache:bypass', (e) => bypassed.push(e.reason));
+      await expect(cache.invalidate({ workspace: 'open' })).rejects.toMatchObject({
+        code: 'E_STORE_NOT_READY',
+        status: 503,
+      });
+      // The run itself succeeds, uncached, and says why.
+      expect((await cache.run(job(3))).fromCache).toBe(false);
+      expect(bypassed).toEqual(['store-not-ready']);
+      await expect(store.ready({ timeout: 50 })).rejects.toMatchObject({
+        code: 'E_STORE_NOT_READY',
+      });
+
+      await proxy.setMode('forward');
+      await store.ready({ timeout: 10_000 });
+      expect((await cache.run(job(3))).fromCache).toBe(false);
+      expect((await cache.run(job(3))).fromCache).toBe(true);
+      await cache.invalidate({ workspace: 'open' });
+      expect((await cache.run(job(3))).fromCache).toBe(false);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('Redis unreachable at open: openTwoTierStore rejects with E_STORE_NOT_READY and closes it', async () => {
+    const proxy = await TcpProxy.start(redisAddress(url));
+    try {
+      await proxy.setMode('refuse');
+      const opening = openTwoTierStore({
+        redis: redisAddress(url).via(proxy.port),
+        prefix,
+        openTimeout: 300,
+      });
+      const refusal = await opening.then(
+        () => null,
+        (err: unknown) => err as { code?: string; message: string; cause?: unknown },
+      );
+      expect(refusal).toMatchObject({ code: 'E_STORE_NOT_READY' });
+      expect(refusal?.message).toContain('300 ms');
+      expect(refusal?.cause).toBeInstanceOf(Error); // the connection failure, for the operator
+      // Closed: nothing it opened is still trying (Redis answers again, nobody connects).
+      await proxy.setMode('forward');
+      expect(proxy.connections).toBe(0);
+    } finally {
+      await proxy.stop();
+    }
   });
 });
