@@ -29,6 +29,16 @@ for (const target of postgresTargets) {
   }
 }
 
+/**
+ * Files that start servers on an embedded PostgreSQL of their own (signals, PostgreSQL stopped
+ * underneath) and never touch the target cluster: running them once per target only repeated
+ * them, so they form one project of their own.
+ */
+const ownPostgres = [
+  'test/integration/pg/server_signals.test.ts',
+  'test/integration/pg/server_pg_down.test.ts',
+];
+
 export default defineConfig({
   test: {
     // Two files at a time whatever the core count: vitest's default on a 2-core machine is one,
@@ -56,10 +66,20 @@ export default defineConfig({
           testTimeout: 20_000,
         },
       },
+      {
+        test: {
+          name: 'pg:own',
+          include: ownPostgres,
+          setupFiles: ['test/setup_warnings.ts'],
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      },
       ...postgresTargets.map((target) => ({
         test: {
           name: `pg:${target}`,
           include: ['test/integration/pg/**/*.test.ts'],
+          exclude: ownPostgres,
           globalSetup: ['test/global_setup_redis.ts', 'test/global_setup_pg.ts'],
           setupFiles: ['test/setup_warnings.ts'],
           env: { VC_TEST_POSTGRES_TARGET: target },
