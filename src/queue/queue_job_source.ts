@@ -141,6 +141,14 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
         const token = `${id}:${++taken}`;
         const bull = await fetch(token);
         if (bull === undefined) continue;
+        // Lost more often than allowed (BullMQ defers that failure to the next taker): failed,
+        // and the waiting server answers E_QUEUE_WORKER_LOST.
+        if (bull.deferredFailure) {
+          await bull
+            .moveToFailed(new UnrecoverableError(bull.deferredFailure), token, false)
+            .catch(() => {});
+          continue;
+        }
         // Another workspace's job (checked before its record is claimed): back to the queue.
         if (isQueueMessage(bull.data) && bull.data.workspace !== workspace) {
           await bull.moveToWait(token).catch(() => {});
