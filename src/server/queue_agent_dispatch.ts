@@ -129,10 +129,9 @@ export class QueueAgentDispatch implements AgentDispatch {
   }
 
   close(): void {
-    for (const holding of [...this.#holding.values()]) {
-      this.#drop(holding);
-      holding.reject(new ExecutorFailedError('the server stopped before the agent finished'));
-    }
+    // Not failed: the lock lapses and the job runs again once, on another server's agent or a
+    // worker (the waiting server may be another one, still up).
+    for (const holding of [...this.#holding.values()]) this.#lose(holding);
   }
 
   /**
