@@ -48,11 +48,18 @@ const appRun = (url: string, viewer: string, path: string, args: Record<string, 
     body: { path, args },
   }).then(asRun);
 
-const agentPost = async (url: string, path: string, agentToken: string, body: unknown) => {
+const agentPost = async (
+  url: string,
+  path: string,
+  agentToken: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+) => {
   const response = await fetch(new URL(path, url), {
     method: 'POST',
     headers: {
       ...PROTOCOL,
+      ...headers,
       authorization: `Bearer ${agentToken}`,
       'content-type': 'application/json',
     },
@@ -170,6 +177,47 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     if (next.status === 200) expect((next.json as Taken).job.id).not.toBe(first.job.id);
     const answer = await pending;
     expect(codeOf(answer.json)).toBe('E_QUEUE_WORKER_LOST');
+  });
+
+  it("an agent that beats keeps its job past the lock; its answer is the run's", async () => {
+    const args = { beats: 1 };
+    const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
+    const taken = await takeWith(urls[1]!, args);
+    // The agent's own cadence (one beat per beatMs), for twice the lock's 2 s.
+    const beats = Math.ceil(4000 / taken.beatMs!);
+    for (let i = 0; i < beats; i++) {
+      await new Promise((resolve) => setTimeout(resolve, taken.beatMs));
+      const beat = await agentPost(
+        urls[1]!,
+        `/api/agent/jobs/${taken.job.id}/beat`,
+        tokens['silent']!,
+        {},
+      );
+      expect(beat.status).toBe(204);
+    }
+    // Its token resolves the viewer server A recorded, on server B's query proxy.
+    const who = await agentPost(
+      urls[1]!,
+      '/api/agent/query',
+      tokens['silent']!,
+      {
+        reference: { datatable: 'main', role: '@viewer' },
+        sql: 'select viewer_cache.viewer_email() as e',
+      },
+      { 'x-viewer-cache-job-token': taken.jobToken },
+    );
+    expect(who.status).toBe(200);
+    expect((who.json as { rows: unknown[] }).rows).toEqual([{ e: BOB }]);
+    const finish = await agentPost(
+      urls[1]!,
+      `/api/agent/jobs/${taken.job.id}/finish`,
+      tokens['silent']!,
+      { ok: true, value: ['kept'] },
+    );
+    expect(finish.status).toBe(204);
+    const answer = await pending;
+    expect(answer.status, answer.text).toBe(200);
+    expect(answer.result).toEqual(['kept']);
   });
 
   it('an agent on server B answers, as the viewer, a miss enqueued by server A; and a job whose first agent went silent', async () => {
