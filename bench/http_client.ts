@@ -17,6 +17,11 @@ export interface BatchRequest {
   readonly token: string;
   /** The `x-viewer-cache` header every answer must carry (`hit`, `miss`), if any. */
   readonly expectCache?: string;
+  /**
+   * Every request a miss: the body's `args` are replaced by `{ b: id, n: i }` (the batch's id,
+   * the request's number in it), so no two requests of one client share a cache key.
+   */
+  readonly vary?: boolean;
   readonly conns: number;
   readonly ops?: number;
   readonly ms?: number;
@@ -44,7 +49,7 @@ function agentFor(port: number, conns: number): Agent {
   return agent;
 }
 
-function send(batch: BatchRequest, agent: Agent): Promise<void> {
+function send(batch: BatchRequest, agent: Agent, body: string | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { authorization: `Bearer ${batch.token}` };
     if (batch.body !== undefined) headers['content-type'] = 'application/json';
@@ -75,7 +80,7 @@ function send(batch: BatchRequest, agent: Agent): Promise<void> {
       },
     );
     req.on('error', reject);
-    req.end(batch.body);
+    req.end(body);
   });
 }
 
@@ -85,6 +90,10 @@ async function run(batch: BatchRequest): Promise<BatchResult> {
   const start = process.hrtime.bigint();
   const deadline = batch.ms === undefined ? 0n : start + BigInt(Math.round(batch.ms * 1e6));
   let issued = 0;
+  const template =
+    batch.vary && batch.body !== undefined ? (JSON.parse(batch.body) as object) : undefined;
+  const bodyOf = (n: number) =>
+    template === undefined ? batch.body : JSON.stringify({ ...template, args: { b: batch.id, n } });
   const more = () =>
     batch.ops !== undefined
       ? issued < batch.ops
@@ -93,9 +102,9 @@ async function run(batch: BatchRequest): Promise<BatchResult> {
     await Promise.all(
       Array.from({ length: batch.conns }, async () => {
         while (more()) {
-          issued++;
+          const body = bodyOf(issued++);
           const t0 = process.hrtime.bigint();
-          await send(batch, agent);
+          await send(batch, agent, body);
           latenciesUs.push(Number(process.hrtime.bigint() - t0) / 1000);
         }
       }),

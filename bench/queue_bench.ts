@@ -5,12 +5,15 @@
  * - throughput of misses with 1 and 2 worker processes (32 callers);
  * - the hit path: a hit through a queue-mode cache vs an in-process one (hits never enqueue).
  * The runnable spends about 1 ms of CPU and returns a small result; no data table is involved,
- * so what is measured is the queue's own cost.
+ * so what is measured is the queue's own cost. Misses and hits are measured interleaved (one in
+ * process, one through the queue, …). `--quick`: 60 misses a side instead of 200
+ * (`QUEUE_BENCH_N` overrides); `--json`: the rows as one JSON line (`npm run bench` runs it so).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -22,26 +25,30 @@ import {
   RedisCacheStore,
   withResultCache,
 } from '../src/index.js';
+import {
+  type ExecutionRow,
+  executionRow,
+  printExecutionRows,
+  quantile,
+} from './execution_report.js';
 import { benchPostgres } from './postgres_fixture.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
+const WORKER = fileURLToPath(new URL('./queue_worker_process.ts', import.meta.url));
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const tag = randomBytes(4).toString('hex');
 const QUEUE_PREFIX = `{vc-bench-${tag}}`;
 const CACHE_PREFIX = `vc-bench:${tag}:`;
 const ORIGIN = { kind: 'app', session: { email: 'bench@example.com' } } as const;
 
-const quantile = (sorted: number[], q: number) =>
-  sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+/** Concurrent callers of the throughput rows. */
+const CALLERS = 32;
 
-async function latencies(n: number, once: (i: number) => Promise<unknown>): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t = performance.now();
-    await once(i);
-    out.push(performance.now() - t);
-  }
-  return out.sort((a, b) => a - b);
+/** One call's wall time, ms. */
+async function timed(call: () => Promise<unknown>): Promise<number> {
+  const t = performance.now();
+  await call();
+  return performance.now() - t;
 }
 
 async function throughput(total: number, callers: number, once: (i: number) => Promise<unknown>) {
@@ -68,7 +75,7 @@ function run(cache: CachedExecutor, registry: Executor, args: Record<string, unk
 }
 
 async function startWorker(databaseUrl: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/queue_worker_process.ts'], {
+  const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,
@@ -117,58 +124,92 @@ const queue = createQueueExecutor({
 await queue.ready();
 const queued = withResultCache(queue, { store: store(), seal });
 
-const N = Number(process.env['QUEUE_BENCH_N'] ?? '300');
-const rows: string[][] = [];
-const ms = (v: number) => v.toFixed(2);
+const quick = process.argv.includes('--quick');
+const N = Number(process.env['QUEUE_BENCH_N'] ?? (quick ? '60' : '200'));
+const rows: ExecutionRow[] = [];
+const progress = (text: string) => process.stderr.write(text);
 try {
+  progress('queue: worker… ');
   const workers = [await startWorker(databaseUrl)];
   // Warm both paths.
   for (let i = 0; i < 30; i++) {
     await run(inProcess, local, { warm: i, side: 'l' });
     await run(queued, queue, { warm: i, side: 'q' });
   }
-  const base = await latencies(N, (i) => run(inProcess, local, { miss: i, side: 'l' }));
-  const viaQueue = await latencies(N, (i) => run(queued, queue, { miss: i, side: 'q' }));
+  progress('misses… ');
+  // Interleaved (one in process, one through the queue, …) so that the machine's load
+  // falls on both alike.
+  const base: number[] = [];
+  const viaQueue: number[] = [];
+  for (let i = 0; i < N; i++) {
+    base.push(await timed(() => run(inProcess, local, { miss: i, side: 'l' })));
+    viaQueue.push(await timed(() => run(queued, queue, { miss: i, side: 'q' })));
+  }
+  base.sort((a, b) => a - b);
+  viaQueue.sort((a, b) => a - b);
   for (const [label, q] of [
     ['p50', 0.5],
     ['p99', 0.99],
   ] as const) {
-    const b = quantile(base, q);
-    const v = quantile(viaQueue, q);
-    rows.push([
-      `miss ${label}`,
-      `${ms(b)} ms`,
-      `${ms(v)} ms`,
-      `+${ms(v - b)} ms`,
-      `${(v / b).toFixed(2)}×`,
-    ]);
+    rows.push(
+      executionRow(
+        `queue_miss_${label}`,
+        `a miss through the queue (1 worker), ${label}`,
+        'ms',
+        'in process',
+        quantile(base, q),
+        quantile(viaQueue, q),
+      ),
+    );
   }
+  progress('throughput… ');
   const total = N * 2;
-  const one = await throughput(total, 32, (i) => run(queued, queue, { t1: i }));
+  const inProc = await throughput(total, CALLERS, (i) => run(inProcess, local, { t0: i }));
+  const one = await throughput(total, CALLERS, (i) => run(queued, queue, { t1: i }));
   workers.push(await startWorker(databaseUrl));
-  const two = await throughput(total, 32, (i) => run(queued, queue, { t2: i }));
-  const inProc = await throughput(total, 32, (i) => run(inProcess, local, { t0: i }));
-  rows.push([
-    'misses/s, 32 callers',
-    `${inProc.toFixed(0)} (in process)`,
-    `${one.toFixed(0)} (1 worker)`,
-    `${two.toFixed(0)} (2 workers)`,
-    `${(two / one).toFixed(2)}× (2 vs 1)`,
-  ]);
-  // Hits: the same entry read through either cache; the queue is never touched.
+  const two = await throughput(total, CALLERS, (i) => run(queued, queue, { t2: i }));
+  rows.push(
+    executionRow(
+      'queue_misses_1w',
+      `misses/s through the queue, 1 worker, ${CALLERS} callers`,
+      '/s',
+      'in process',
+      inProc,
+      one,
+    ),
+    executionRow(
+      'queue_misses_2w',
+      `misses/s through the queue, 2 workers, ${CALLERS} callers`,
+      '/s',
+      '1 worker',
+      one,
+      two,
+    ),
+  );
+  progress('hits… ');
+  // Hits: the same entry read through either cache, interleaved; the queue is never touched.
   await run(queued, queue, { hit: 1 });
-  const hitsBase = await latencies(N * 4, () => run(inProcess, local, { hit: 1 }));
-  const hitsQueue = await latencies(N * 4, () => run(queued, queue, { hit: 1 }));
-  const hb = quantile(hitsBase, 0.5);
-  const hq = quantile(hitsQueue, 0.5);
-  rows.push([
-    'hit p50',
-    `${ms(hb)} ms`,
-    `${ms(hq)} ms`,
-    `${ms(hq - hb)} ms`,
-    `${(hq / hb).toFixed(2)}×`,
-  ]);
+  await run(inProcess, local, { hit: 1 });
+  const hitsBase: number[] = [];
+  const hitsQueue: number[] = [];
+  for (let i = 0; i < N * 4; i++) {
+    hitsBase.push(await timed(() => run(inProcess, local, { hit: 1 })));
+    hitsQueue.push(await timed(() => run(queued, queue, { hit: 1 })));
+  }
+  hitsBase.sort((a, b) => a - b);
+  hitsQueue.sort((a, b) => a - b);
+  rows.push(
+    executionRow(
+      'queue_hit_p50',
+      'a hit on a queue-mode cache (never enqueues), p50',
+      'ms',
+      'in process',
+      quantile(hitsBase, 0.5),
+      quantile(hitsQueue, 0.5),
+    ),
+  );
   for (const w of workers) await stopWorker(w);
+  progress('done\n');
 } finally {
   await queue.close();
   for (const s of stores) await s.close();
@@ -184,5 +225,5 @@ try {
   await pool.end();
   await pgServer.close('vc_queue_bench_');
 }
-console.log('| | in process | queue | added | ratio |\n|---|---|---|---|---|');
-for (const row of rows) console.log(`| ${row.join(' | ')} |`);
+printExecutionRows(rows);
+process.exit(0);

@@ -69,6 +69,8 @@ npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU 
 npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket: before the write, waiting, after the reply
 npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
 npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL twin, and their hits (or npx tsx bench/polyglot_miss.ts)
+npx tsx bench/queue_bench.ts          # the queue rows alone: a miss through the queue vs in process, 1 vs 2 workers, hits (--quick)
+npx tsx bench/agent_bench.ts          # the agent rows alone: a miss on an agent worker vs in process, 1 vs 2 agents, hits (--quick)
 \`\`\`
 
 Needs the Redis at \`REDIS_URL\` (default \`redis://127.0.0.1:6379\`); keys are written under
@@ -123,6 +125,17 @@ route with nothing else started.
   so CPU per request is the servers' alone (with the client in the same process, the cached
   request's CPU over the floor's measured +125 µs instead of +35–60 µs). The cached rows' targets:
   p50 ≤ 1.2× the floor's over one connection, req/s ≥ 0.85× over eight.
+- \`queue_bench.ts\` — where a miss runs (issue 20): the same miss (a runnable of ~1 ms CPU, no
+  data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
+  process, interleaved (p50, p99); misses/s at 32 callers in process, with 1 and with 2 workers;
+  and a hit on the queue-mode cache vs an in-process one (a hit never enqueues). On the run's
+  Postgres and Redis, in a process of its own.
+- \`agent_bench.ts\` — the same for agent workers, at the HTTP level: two reference servers in its
+  process (in process, and \`VIEWER_CACHE_EXECUTION=agent\`), one then two \`worker --agent --demo\`
+  processes, the client in its own process. A miss is an app request for \`f/orders/list\` with
+  args never seen before (\`vary\` in \`http_client.ts\`); on the agent its statement goes through
+  the query proxy. Misses/s over 16 connections (each agent runs 8 jobs at once), and the cached
+  request on both servers.
 
 All Redis rows (raw GET, ours, BentoCache's L2) share **one ioredis connection** with default
 options; our store borrows it. On the reference machine a GET whose reply exceeds 64 KiB (a

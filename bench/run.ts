@@ -7,8 +7,11 @@
  * - `--quick`   fewer rounds, for trying a change (tables are still written unless --no-write);
  * - `--no-write` print only;
  * - `--only=a,b` keep only these scenario ids (baselines are always kept); implies --no-write.
- *   Sections none of whose ids are named (Postgres, scaling) are skipped; `polyglot_miss` is
- *   the Python and DuckDB warm misses and hits (bench/polyglot_miss.ts).
+ *   Sections none of whose ids are named (Postgres, scaling, execution) are skipped;
+ *   `polyglot_miss` is the Python and DuckDB warm misses and hits (bench/polyglot_miss.ts).
+ *
+ * The execution rows (`queue_bench.ts`, `agent_bench.ts`: a miss through the queue or on an
+ * agent worker vs in process) run last, each in a process of its own with its worker processes.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
@@ -16,6 +19,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ChurnRow, churnBench, churnTable } from './churn_bench.js';
 import { type DatatableRow, datatableBench } from './datatable_bench.js';
+import { type ExecutionRow, executionBenchAlone, executionTable } from './execution_report.js';
 import { deleteRunKeys, rawRedis, type ScenarioSet, sharedRedis, sizeFixture } from './fixtures.js';
 import {
   type LatencyPlan,
@@ -148,6 +152,7 @@ async function main(): Promise<void> {
   let httpRows: HttpRow[] = [];
   let churnRows: ChurnRow[] = [];
   let polyglot: PolyglotResult | undefined;
+  let executionRows: ExecutionRow[] = [];
   if (
     wanted(
       /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_|polyglot_)/,
@@ -180,6 +185,16 @@ async function main(): Promise<void> {
       await postgres.close(pgPrefix);
     }
   }
+  // Execution (issue 20): each in a process of its own, with its worker processes; on the
+  // run's Postgres (DATABASE_URL, else an embedded one of their own).
+  if (wanted(/^(queue_|agent_)/)) {
+    process.stdout.write('\nexecution: ');
+    if (wanted(/^queue_/))
+      executionRows.push(...(await executionBenchAlone('queue_bench.ts', quick)));
+    if (wanted(/^agent_/))
+      executionRows.push(...(await executionBenchAlone('agent_bench.ts', quick)));
+    if (only !== undefined) executionRows = executionRows.filter((r) => only.includes(r.id));
+  }
   console.log(`done (${elapsed(started)})\n`);
 
   env.load += ` → ${loadavg()[0]!.toFixed(2)}`;
@@ -190,6 +205,7 @@ async function main(): Promise<void> {
     ...(churnRows.length > 0 ? [churnTable(churnRows)] : []),
     ...(polyglot === undefined ? [] : [polyglotTable(polyglot)]),
     ...(httpRows.length > 0 ? [httpTable(httpRows)] : []),
+    ...(executionRows.length > 0 ? [executionTable(executionRows)] : []),
   ].join('\n\n');
   console.log(body);
   // A hit that started a python3 process or a DuckDB instance fails the run (the hit path).
@@ -207,7 +223,7 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, polyglot, httpRows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, polyglot, httpRows, executionRows }, null, 2)}\n`,
   );
   await writeReadmeSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +

@@ -167,12 +167,19 @@ export {
   runProxiedRoleCheck,
 } from './proxy/query_proxy.js';
 export { migrateQueue, QUEUE_SCHEMA } from './queue/job_records.js';
+export { queueFailureCode } from './queue/queue_claim.js';
 export type {
   QueueExecutor,
   QueueRedis,
   RawQueueExecutorOptions,
 } from './queue/queue_executor.js';
 export { createQueueExecutor } from './queue/queue_executor.js';
+export type {
+  HeldQueueJob,
+  QueueJobSource,
+  RawQueueJobSourceOptions,
+} from './queue/queue_job_source.js';
+export { createQueueJobSource } from './queue/queue_job_source.js';
 export { QUEUE_DEFAULTS } from './queue/queue_names.js';
 export type {
   QueueJobOutcome,

@@ -3,19 +3,14 @@ import { hostname } from 'node:os';
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
 import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
-import { coerceError, QueueJobRefusedError } from '../errors.js';
+import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
-import { claimJobRecord, finishJobRecord } from './job_records.js';
+import { finishJobRecord } from './job_records.js';
+import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import type { QueueRedis } from './queue_executor.js';
-import {
-  HEARTBEAT_TTL_MS,
-  heartbeatKey,
-  isQueueMessage,
-  QUEUE_DEFAULTS,
-  type QueueMessage,
-} from './queue_names.js';
+import { HEARTBEAT_TTL_MS, heartbeatKey, QUEUE_DEFAULTS } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
 
 /** How one job ended on this worker: `ok`, or the error code it failed with. */
@@ -109,13 +104,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
 
   const processor = async (bullJob: BullJob<unknown, string>): Promise<string> => {
     const started = performance.now();
-    const data = bullJob.data;
-    if (!isQueueMessage(data) || data.queueId !== bullJob.id || !keys.verify(data)) {
-      return refuse(started, null);
-    }
-    const message: QueueMessage = data;
-    const job = await claimJobRecord(pool, message.workspace, message.jobId).catch(() => null);
-    if (job === null) return refuse(started, null);
+    const claimed = await claimQueuedJob(keys, pool, bullJob);
+    if (claimed === null) return refuse(started, null);
+    const { message, job } = claimed;
     const path = job.runnable.path;
     running += 1;
     try {
@@ -125,12 +116,8 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
       finished({ path, code: 'ok', ms: performance.now() - started });
       return keys.sealResult(message.queueId, json);
     } catch (thrown) {
-      const err = coerceError(thrown) as Error & { code?: unknown };
       await finishJobRecord(pool, job.id).catch(() => {});
-      const code =
-        typeof err.code === 'string' && /^E_[A-Z_]+$/.test(err.code)
-          ? err.code
-          : 'E_EXECUTOR_FAILED';
+      const code = queueFailureCode(thrown);
       finished({ path, code, ms: performance.now() - started });
       // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
       throw new UnrecoverableError(code);

@@ -14,6 +14,11 @@ import type { JobTokens } from './tokens.js';
 export interface TakenJob {
   readonly job: Job;
   readonly jobToken: string;
+  /**
+   * How often the agent must beat for this job (`POST /api/agent/jobs/:id/beat`) to keep it,
+   * when the dispatch needs beats (a job taken from the queue: its lock); absent otherwise.
+   */
+  readonly beatMs?: number;
 }
 
 /** How an agent ended a job: its value, or the code (and a short message) of its failure. */
@@ -37,6 +42,8 @@ export interface AgentDispatch {
   take(agent: AgentIdentity, waitMs: number, signal: AbortSignal): Promise<TakenJob | null>;
   /** Ends a job `agent` holds; false when it holds no such job (ended, or another's). */
   finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean;
+  /** The agent still works on a job it holds (renews a queue lock); false when it holds none. */
+  beat(agent: AgentIdentity, jobId: string): boolean;
   /** The job `token` stands for, if it is running and `agent` holds it; else null. */
   jobOfToken(agent: AgentIdentity, token: string): Job | null;
   /** Fails every job waiting or held (the server is stopping). */
@@ -138,6 +145,12 @@ export class InProcessAgentDispatch implements AgentDispatch {
     if (outcome.ok) pending.resolve(outcome.value);
     else pending.reject(failureOf(outcome.code, outcome.message));
     return true;
+  }
+
+  beat(agent: AgentIdentity, jobId: string): boolean {
+    // In process the bound runs from submission: a beat changes nothing but says if it is held.
+    const pending = this.#held.get(jobId);
+    return pending !== undefined && pending.holder === agent.id;
   }
 
   jobOfToken(agent: AgentIdentity, token: string): Job | null {

@@ -89,7 +89,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
   const stopping = new AbortController();
   let fatal: Error | null = null;
 
-  const take = async (): Promise<{ job: Job; jobToken: string } | null> => {
+  const take = async (): Promise<{ job: Job; jobToken: string; beatMs?: number } | null> => {
     const response = await fetch(new URL('/api/agent/jobs/take', serverUrl), {
       method: 'POST',
       headers,
@@ -100,6 +100,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     const body = (await response.json()) as {
       job?: Job;
       jobToken?: string;
+      beatMs?: number;
       error?: { code?: string; message?: string };
     };
     if (!response.ok || body.job === undefined || body.jobToken === undefined) {
@@ -114,8 +115,25 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       }
       throw err;
     }
-    return { job: body.job, jobToken: body.jobToken };
+    const beatMs = body.beatMs;
+    return {
+      job: body.job,
+      jobToken: body.jobToken,
+      ...(typeof beatMs === 'number' && beatMs >= 100 ? { beatMs } : {}),
+    };
   };
+
+  // While a job runs, a beat when the server asks for them (a job it took from the queue: the
+  // beat renews its lock). A lost beat is not fatal: the job's outcome is reported anyway.
+  const beat = (jobId: string) =>
+    fetch(new URL(`/api/agent/jobs/${encodeURIComponent(jobId)}/beat`, serverUrl), {
+      method: 'POST',
+      headers,
+      body: '{}',
+    }).then(
+      (response) => response.body?.cancel(),
+      () => {},
+    );
 
   const finish = async (jobId: string, outcome: Record<string, unknown>) => {
     const response = await fetch(
@@ -127,8 +145,9 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     }
   };
 
-  const runOne = async (job: Job, jobToken: string) => {
+  const runOne = async (job: Job, jobToken: string, beatMs: number | undefined) => {
     const started = performance.now();
+    const beating = beatMs === undefined ? undefined : setInterval(() => void beat(job.id), beatMs);
     tokens.set(job.id, jobToken);
     // Children run here, under the parent's token: the server resolves it to the parent, whose
     // viewer and scope a child inherits anyway (a job-token origin).
@@ -151,6 +170,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
         message: typeof err.message === 'string' ? err.message : '',
       }).catch(() => {});
     } finally {
+      clearInterval(beating);
       tokens.delete(job.id);
       logger.info(
         { path: job.runnable.path, code, ms: Math.round(performance.now() - started) },
@@ -161,7 +181,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
 
   const slot = async () => {
     while (!stopping.signal.aborted) {
-      let taken: { job: Job; jobToken: string } | null;
+      let taken: { job: Job; jobToken: string; beatMs?: number } | null;
       try {
         taken = await take();
       } catch (err) {
@@ -171,7 +191,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
         await new Promise((resolve) => setTimeout(resolve, 1000).unref());
         continue;
       }
-      if (taken !== null) await runOne(taken.job, taken.jobToken);
+      if (taken !== null) await runOne(taken.job, taken.jobToken, taken.beatMs);
     }
   };
 

@@ -72,6 +72,12 @@ export interface ServerConfig {
   readonly agentGroup: string;
   /** With the queue: longest a server waits for a worker to finish a job (ms). */
   readonly queueWaitMs: number;
+  /**
+   * In queue mode, how long a job an agent took from the queue stays locked without a beat
+   * from that agent (VIEWER_CACHE_WORKER_LOCK_MS, as a worker's lock): then it goes back to the
+   * queue once, or fails E_QUEUE_WORKER_LOST. @default 30000
+   */
+  readonly agentLockMs: number;
   /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
   readonly queuePrefix: string;
   /** The server's URL as workers reach it (their runnables' job-token child runs). */
@@ -159,6 +165,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       env['VIEWER_CACHE_QUEUE_WAIT_MS'] ?? '60000',
       'VIEWER_CACHE_QUEUE_WAIT_MS',
       100,
+      3_600_000,
+    ),
+    agentLockMs: integer(
+      env['VIEWER_CACHE_WORKER_LOCK_MS'] || '30000',
+      'VIEWER_CACHE_WORKER_LOCK_MS',
+      1000,
       3_600_000,
     ),
     queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),

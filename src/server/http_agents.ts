@@ -104,6 +104,8 @@ const holdsBody = {
  * holding that running job can use.
  *
  * - `POST /api/agent/jobs/take` `{ waitMs? }` — long-poll: 200 `{ job, jobToken }`, or 204.
+ * - `POST /api/agent/jobs/:id/beat` — the agent still works on it (every `beatMs` the take
+ *   answered with, when it did: a queued job's lock is renewed by beats).
  * - `POST /api/agent/jobs/:id/finish` `{ ok: true, value }` | `{ ok: false, code, message }`.
  * - `POST /api/agent/query` `{ reference: { datatable, role }, sql, params? }` — rows, as the
  *   job's recorded viewer (see runProxiedQuery).
@@ -147,7 +149,7 @@ export function registerAgentRoutes(
       reply.raw.once('close', () => abort.abort());
       const taken = await dispatch.take(agentOf(request), request.body.waitMs ?? 0, abort.signal);
       if (taken === null) return reply.status(204).send();
-      const { job, jobToken } = taken;
+      const { job, jobToken, beatMs } = taken;
       return reply.send({
         job: {
           id: job.id,
@@ -159,7 +161,19 @@ export function registerAgentRoutes(
           ...(job.cacheTtlS === undefined ? {} : { cacheTtlS: job.cacheTtlS }),
         },
         jobToken,
+        ...(beatMs === undefined ? {} : { beatMs }),
       });
+    },
+  );
+
+  app.post<{ Params: { id: string } }>(
+    '/api/agent/jobs/:id/beat',
+    { schema: { params: finishParams }, config, preValidation },
+    async (request, reply) => {
+      if (!dispatch.beat(agentOf(request), request.params.id)) {
+        throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
+      }
+      return reply.status(204).send();
     },
   );
 

@@ -4,6 +4,7 @@ import {
   createEmbedVerifier,
   createExecutor,
   createQueueExecutor,
+  createQueueJobSource,
   type Datatables,
   type Executor,
   InvalidJobError,
@@ -12,7 +13,7 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../index.js';
-import { agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
+import { type AgentDispatch, agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
 import { AgentTokens } from './agent_tokens.js';
 import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
 import type { ServerConfig } from './config.js';
@@ -25,6 +26,7 @@ import { createMetrics } from './metrics.js';
 import { Outbox } from './outbox.js';
 import { PerRecipientRuns } from './per_recipient_runs.js';
 import { PollBackoff } from './poll_backoff.js';
+import { QueueAgentDispatch } from './queue_agent_dispatch.js';
 import { Scheduler } from './scheduler.js';
 import { migrateServer } from './server_migrations.js';
 import { ApiTokens, JobTokens } from './tokens.js';
@@ -121,10 +123,14 @@ export async function startServer(
     let executor: Executor = local;
     let sharedTokens: SharedJobTokens | null = null;
     let liveWorkers: (() => Promise<number>) | undefined;
+    let queueRedisOf = (): ReturnType<typeof openQueueRedis> => {
+      throw new TypeError('no queue outside queue mode');
+    };
     if (config.execution === 'queue') {
       // Misses run on workers (`viewer-cache worker`); hits are answered here, as before.
       await migrateQueue(pool);
       const queueRedis = openQueueRedis(config, logger);
+      queueRedisOf = () => queueRedis;
       cleanup.push(() => queueRedis.quit());
       const queue = createQueueExecutor({
         executor: local,
@@ -144,16 +150,47 @@ export async function startServer(
     const shared = sharedTokens;
     // With agents, a miss is handed to an agent of the group (the same job, viewer recorded
     // here); the executor above still builds jobs and knows the runnables' versions.
-    let agents: { dispatch: InProcessAgentDispatch; tokens: AgentTokens } | undefined;
-    if (config.execution === 'agent') {
+    let agents: { dispatch: AgentDispatch; tokens: AgentTokens } | undefined;
+    if (config.execution === 'agent' || config.execution === 'queue') {
       const tokens = new AgentTokens(pool, { logger });
       await tokens.start();
       cleanup.push(async () => tokens.stop());
-      const dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+      let dispatch: AgentDispatch;
+      if (config.execution === 'agent') {
+        dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+      } else {
+        // Queue mode: agents take from the queue every server enqueues on, beside (or instead
+        // of) database workers; a job they run is cached exactly as a database worker caches it.
+        const source = createQueueJobSource({
+          pool,
+          redis: queueRedisOf(),
+          secretKey,
+          lockDuration: config.agentLockMs,
+          prefix: config.queuePrefix,
+          logger,
+        });
+        cleanup.push(() => source.close());
+        await source.ready();
+        dispatch = new QueueAgentDispatch({
+          source,
+          jobTokens,
+          lockMs: config.agentLockMs,
+          cacheAround: (agentRunner) =>
+            withResultCache(agentRunner, {
+              store,
+              fingerprint: (job) => datatables.fingerprint(job),
+              logger,
+              seal: { secretKey },
+            }),
+        });
+      }
       cleanup.push(async () => dispatch.close());
       agents = { dispatch, tokens };
     }
-    const runner = agents ? agentExecutor(agents.dispatch, config.agentGroup) : executor;
+    const runner =
+      agents && config.execution === 'agent'
+        ? agentExecutor(agents.dispatch, config.agentGroup)
+        : executor;
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
     const cache = withResultCache(runner, {
       store,
