@@ -40,6 +40,8 @@ export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
 export type { Migration, MigrationPlan } from './datatable/pg/migration_runner.js';
 export { runMigrations } from './datatable/pg/migration_runner.js';
+/** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
+export { unreachableReason } from './datatable/pg/sqlstate.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,

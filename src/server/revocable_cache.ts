@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type pg from 'pg';
-import { DatabaseUnreachableError, type Logger } from '../index.js';
+import { DatabaseUnreachableError, type Logger, unreachableReason } from '../index.js';
 import { PollBackoff } from './poll_backoff.js';
 import { SERVER_SCHEMA } from './server_migrations.js';
 
@@ -86,7 +86,7 @@ export class RevocableCache<V extends object> {
       found = await load();
     } catch (err) {
       // Fail closed, and say why: the credential cannot be checked while Postgres is away.
-      if (!isUnreachable(err)) throw err;
+      if (unreachableReason(err) === null) throw err;
       throw new DatabaseUnreachableError(undefined, { cause: err });
     }
     if (epoch === this.#epoch) this.#cache.set(key, found ?? false);
@@ -133,29 +133,3 @@ export class RevocableCache<V extends object> {
   }
 }
 
-/** Socket errors and SQLSTATEs of a Postgres that cannot be reached (or is shutting down). */
-const UNREACHABLE = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ETIMEDOUT',
-  'EPIPE',
-  '57P01',
-  '57P02',
-  '57P03',
-  '08001',
-  '08006',
-]);
-
-/** Whether a pg error says the database is unreachable (by code, or pg's own fixed texts). */
-function isUnreachable(err: unknown): boolean {
-  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && UNREACHABLE.has(code)) return true;
-  return (
-    typeof message === 'string' &&
-    /Connection terminated|timeout exceeded when trying to connect/i.test(message)
-  );
-}
