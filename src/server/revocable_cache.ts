@@ -132,4 +132,3 @@ export class RevocableCache<V extends object> {
     }
   }
 }
-
