@@ -6,6 +6,7 @@ import {
   type Logger,
   type RawDuckdbOptions,
   type RawPythonOptions,
+  ResultTooLargeError,
   type RunnableDefinition,
   ViewerCacheError,
 } from '../index.js';
@@ -140,6 +141,12 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       new URL(`/api/agent/jobs/${encodeURIComponent(jobId)}/finish`, serverUrl),
       { method: 'POST', headers, body: JSON.stringify(outcome) },
     );
+    // Larger than the server takes from agents: the run fails with that code, not a bare one.
+    if (response.status === 413) {
+      throw new ResultTooLargeError(
+        "the job's result is larger than the server takes from agents (VIEWER_CACHE_AGENT_RESULT_LIMIT_BYTES)",
+      );
+    }
     if (!response.ok && response.status !== 404) {
       throw new Error(`finish answered ${response.status}`);
     }

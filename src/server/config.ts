@@ -52,6 +52,8 @@ export interface ServerConfig {
   readonly demoRolePrefix: string;
   /** Largest request body accepted (bytes); a larger one is `413 E_PAYLOAD_TOO_LARGE`. */
   readonly bodyLimitBytes: number;
+  /** Largest job result an agent worker may send back (bytes): its finish request's body. */
+  readonly agentResultLimitBytes: number;
   /** Longest a client may take to send a whole request, headers and body (ms). */
   readonly requestTimeoutMs: number;
   /** Open HTTP connections, all clients together. */
@@ -128,6 +130,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       'VIEWER_CACHE_BODY_LIMIT_BYTES',
       1024,
       64 << 20,
+    ),
+    agentResultLimitBytes: integer(
+      env['VIEWER_CACHE_AGENT_RESULT_LIMIT_BYTES'] ?? String(16 << 20),
+      'VIEWER_CACHE_AGENT_RESULT_LIMIT_BYTES',
+      1024,
+      256 << 20,
     ),
     requestTimeoutMs: integer(
       env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',

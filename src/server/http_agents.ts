@@ -33,7 +33,15 @@ export interface AgentRouteDeps {
   /** Where proxied statements get their connections (the server's data tables). */
   readonly datatables: DatatableConnector;
   readonly proxyLimits?: RawQueryProxyLimits;
+  /**
+   * Largest finish request (a job's result), bytes. Agents are checked before their body is
+   * read, so only an agent holding a valid token can send this much. @default 16 MiB
+   */
+  readonly resultLimitBytes?: number;
 }
+
+/** Default of {@link AgentRouteDeps.resultLimitBytes}: a Python job's largest output. */
+export const AGENT_RESULT_LIMIT_BYTES = 16 << 20;
 
 const takeBody = {
   type: 'object',
@@ -124,8 +132,9 @@ export function registerAgentRoutes(
   const config = { caching: 'per-caller' } as const;
   const agents = new WeakMap<FastifyRequest, AgentIdentity>();
 
-  // Before the body is validated: an old agent is told to upgrade whatever it sent.
-  const preValidation = async (request: FastifyRequest) => {
+  // Before the body is read: an old agent is told to upgrade whatever it sent, and nobody without
+  // a valid agent token gets a large body read (the finish route takes a job's whole result).
+  const onRequest = async (request: FastifyRequest) => {
     if (request.headers[AGENT_PROTOCOL_HEADER] !== String(AGENT_PROTOCOL_VERSION)) {
       throw new AgentProtocolError();
     }
@@ -142,7 +151,7 @@ export function registerAgentRoutes(
 
   app.post<{ Body: { waitMs?: number } }>(
     '/api/agent/jobs/take',
-    { schema: { body: takeBody }, config, preValidation },
+    { schema: { body: takeBody }, config, onRequest },
     async (request, reply) => {
       const abort = new AbortController();
       // The agent hung up (stopping, or its connection dropped): stop waiting on its behalf.
@@ -168,7 +177,7 @@ export function registerAgentRoutes(
 
   app.post<{ Params: { id: string } }>(
     '/api/agent/jobs/:id/beat',
-    { schema: { params: finishParams }, config, preValidation },
+    { schema: { params: finishParams }, config, onRequest },
     async (request, reply) => {
       if (!dispatch.beat(agentOf(request), request.params.id)) {
         throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
@@ -182,7 +191,12 @@ export function registerAgentRoutes(
     Body: { ok: boolean; value?: unknown; code?: string; message?: string };
   }>(
     '/api/agent/jobs/:id/finish',
-    { schema: { params: finishParams, body: finishBody }, config, preValidation },
+    {
+      schema: { params: finishParams, body: finishBody },
+      config,
+      onRequest,
+      bodyLimit: deps.resultLimitBytes ?? AGENT_RESULT_LIMIT_BYTES,
+    },
     async (request, reply) => {
       const { ok, value, code, message } = request.body;
       const outcome: AgentOutcome = ok
@@ -199,7 +213,7 @@ export function registerAgentRoutes(
     Body: { reference: ProxiedReference; sql: string; params?: unknown[]; copy?: CopyBound };
   }>(
     '/api/agent/query',
-    { schema: { body: queryBody }, config, preValidation },
+    { schema: { body: queryBody }, config, onRequest },
     async (request, reply) => {
       const agent = agentOf(request);
       const jobToken = request.headers[JOB_TOKEN_HEADER];
@@ -224,7 +238,7 @@ export function registerAgentRoutes(
 
   app.post<{ Body: { datatable: string; role: string } }>(
     '/api/agent/holds',
-    { schema: { body: holdsBody }, config, preValidation },
+    { schema: { body: holdsBody }, config, onRequest },
     async (request) => {
       const agent = agentOf(request);
       const jobToken = request.headers[JOB_TOKEN_HEADER];

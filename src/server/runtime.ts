@@ -300,6 +300,7 @@ export async function startServer(
               agentTokens: agents.tokens,
               dispatch: agents.dispatch,
               datatables,
+              resultLimitBytes: config.agentResultLimitBytes,
             },
           }
         : {}),

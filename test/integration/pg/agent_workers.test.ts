@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -276,6 +277,36 @@ describe('the agent protocol, played by the test', { timeout: 90_000 }, () => {
       );
       expect([q.status, codeOf(q)]).toEqual([426, 'E_AGENT_PROTOCOL']);
     }
+  });
+
+  it('a finish without a valid token is refused before its body is read (agents may send 16 MiB)', async () => {
+    // Headers announce 8 MiB and only 1 KiB follows: a server that read the body before checking
+    // the token would wait for the rest (until its request timeout) instead of answering.
+    const { port } = new URL(url);
+    const socket = connect(Number(port), '127.0.0.1');
+    socket.on('error', () => {});
+    const head = await new Promise<string>((resolve, reject) => {
+      let seen = '';
+      socket.on('data', (chunk) => {
+        seen += chunk.toString('latin1');
+        if (seen.includes('\r\n\r\n')) resolve(seen);
+      });
+      socket.on('close', () => reject(new Error(`closed before an answer: ${seen}`)));
+      socket.write(
+        [
+          'POST /api/agent/jobs/some-job/finish HTTP/1.1',
+          `Host: 127.0.0.1:${port}`,
+          'Content-Type: application/json',
+          'Authorization: Bearer vca_not-a-token',
+          'x-viewer-cache-agent-protocol: 1',
+          `Content-Length: ${8 << 20}`,
+          '',
+          `{"ok":true,"value":"${'x'.repeat(1024)}`,
+        ].join('\r\n'),
+      );
+    });
+    socket.destroy();
+    expect(head.split('\r\n')[0]).toMatch(/^HTTP\/1\.1 401 /);
   });
 
   it('a revoked agent token is refused by the server within a second', async () => {
