@@ -30,9 +30,9 @@ export interface RawQueueWorkerOptions {
    * What runs the jobs: the in-process executor with the apps, under `withResultCache` with the
    * same store, fingerprint and seal as the servers (so it looks up, checks the fingerprint and
    * writes the sealed entry exactly as a server in process does). Give it the fingerprint
-   * *untracked* — `fingerprint: (job) => datatables.fingerprint(job)` — so it stores under the
-   * full fingerprint the servers look up (a server in queue mode runs nothing, so it never learns
-   * a runnable's narrower dependencies).
+   * *tracked* — `fingerprint: datatables.fingerprint` — so the worker, which runs the job, learns
+   * what the runnable depends on and shares the set (the data tables' learned sets, in Postgres):
+   * the servers read that set before keying, so they look up the key the worker stored under.
    */
   executor: JobExecutor;
   /** The database holding the queue's schema (the job records). */

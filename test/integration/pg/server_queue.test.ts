@@ -98,6 +98,27 @@ describe('a server in queue mode and one worker process', () => {
     for (const needle of [ALICE, BOB, 'Acme GmbH', SECRET_KEY]) expect(all).not.toContain(needle);
   });
 
+  it("a change to another data table's roles leaves a queued run's entry valid (invariant 17)", async () => {
+    // The worker ran f/orders/list, so it learned that the runnable reads data table `main`
+    // only, and shared that set: the server keys the run on it, not on the full fingerprint
+    // (watched: with the worker's fingerprint untracked, Alice's next run below is a miss).
+    expect((await appRun(ALICE, 'f/orders/list')).fromCache).toBe(true);
+    const added = await e2e.cli(['groups', 'add', ALICE, 'providers']);
+    expect(added.code, added.stderr).toBe(0);
+    // Once the server sees her new role on the clinics data table (its detail stops refusing)…
+    await pollUntil(async () => {
+      const answer = await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+        token: demoToken(SECRET_KEY, ALICE),
+        body: { path: 'f/clinics/patients' },
+      });
+      return answer.status === 200;
+    }, 10_000);
+    // …her orders entry, which depends on `main` alone, is still the one served.
+    const again = await appRun(ALICE, 'f/orders/list');
+    expect(again.status, again.text).toBe(200);
+    expect(again.fromCache).toBe(true);
+  });
+
   it('SIGTERM: the worker stops gracefully (exit 0) and leaves the heartbeat set', async () => {
     const worker = e2e.workers[0]!;
     worker.signal('SIGTERM');
