@@ -15,6 +15,7 @@ import {
 import { agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
 import { AgentTokens } from './agent_tokens.js';
 import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
+import { childrenInProcess } from './children_in_process.js';
 import type { ServerConfig } from './config.js';
 import { loadSecretKey, openCacheStore, openDatabase, openQueueRedis } from './connections.js';
 import { DEMO_WORKSPACE, seedDemo } from './demo.js';
@@ -99,13 +100,22 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
     const { store, storeState, busState } = openCacheStore(config, logger, cleanup);
 
     const jobTokens = new JobTokens();
-    const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    // With the queue, job tokens are shared (every server accepts a worker's), also those of
+    // the child runs that run here (see children_in_process.ts).
+    if (config.execution === 'queue') await migrateQueue(pool);
+    const sharedTokens =
+      config.execution === 'queue' ? new SharedJobTokens({ pool, logger }) : null;
+    const local = createExecutor({
+      runnables: world.runnables,
+      datatables,
+      jobTokens: sharedTokens ?? jobTokens,
+      logger,
+    });
     let executor: Executor = local;
-    let sharedTokens: SharedJobTokens | null = null;
     let liveWorkers: (() => Promise<number>) | undefined;
     if (config.execution === 'queue') {
-      // Misses run on workers (`viewer-cache worker`); hits are answered here, as before.
-      await migrateQueue(pool);
+      // Misses run on workers (`viewer-cache worker`); hits are answered here, as before, and
+      // job-token children run here (a parent holding the only worker slot would wait forever).
       const queueRedis = openQueueRedis(config, logger);
       cleanup.push(() => queueRedis.quit());
       const queue = createQueueExecutor({
@@ -119,9 +129,8 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       });
       cleanup.push(() => queue.close());
       await queue.ready();
-      executor = queue;
+      executor = childrenInProcess(queue, local);
       liveWorkers = () => queue.liveWorkers();
-      sharedTokens = new SharedJobTokens({ pool, logger });
     }
     const shared = sharedTokens;
     // With agents, a miss is handed to an agent of the group (the same job, viewer recorded

@@ -119,6 +119,18 @@ describe('a server in queue mode and one worker process', () => {
     expect(again.fromCache).toBe(true);
   });
 
+  it('a child run over HTTP from the only worker slot completes: the child runs on the server', async () => {
+    // One worker of concurrency 1, held by the parent while it waits for its child: queued,
+    // the child would never start (watched: without children_in_process.ts this run waited
+    // for the queue's 60 s and the test timed out). Carol's list is not cached yet here.
+    const started = performance.now();
+    const answer = await appRun('carol@example.com', 'f/orders/remote_child');
+    expect(answer.status, answer.text).toBe(200);
+    const regions = new Set((answer.result as { region: string }[]).map((r) => r.region));
+    expect([...regions].sort()).toEqual(['amer', 'emea']);
+    expect(performance.now() - started).toBeLessThan(20_000);
+  });
+
   it('SIGTERM: the worker stops gracefully (exit 0) and leaves the heartbeat set', async () => {
     const worker = e2e.workers[0]!;
     worker.signal('SIGTERM');
