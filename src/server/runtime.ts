@@ -129,7 +129,7 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       });
       cleanup.push(() => queue.close());
       await queue.ready();
-      executor = childrenInProcess(queue, local);
+      executor = childrenInProcess({ jobs: queue, remote: queue, local });
       liveWorkers = () => queue.liveWorkers();
     }
     const shared = sharedTokens;
@@ -144,9 +144,13 @@ export async function startServer(config: ServerConfig, logger: Logger): Promise
       cleanup.push(async () => dispatch.close());
       agents = { dispatch, tokens };
     }
-    const runner = agents ? agentExecutor(agents.dispatch, config.agentGroup) : executor;
+    if (agents) {
+      // Job-token children run here, as with the queue (an agent holding the parent's slot).
+      const remote = agentExecutor(agents.dispatch, config.agentGroup);
+      executor = childrenInProcess({ jobs: local, remote, local });
+    }
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
-    const cache = withResultCache(runner, {
+    const cache = withResultCache(executor, {
       store,
       fingerprint: datatables.fingerprint,
       logger,
