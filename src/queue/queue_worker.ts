@@ -91,6 +91,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const logger = options.logger ?? silentLogger;
   const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   let running = 0;
+  let closing: Promise<void> | null = null;
 
   const finished = (outcome: QueueJobOutcome) => {
     // One line per job: path, outcome code, duration; never the viewer, args or rows.
@@ -180,26 +181,30 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     async ready() {
       await worker.waitUntilReady();
     },
-    async close() {
-      clearInterval(beating);
-      // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones —
-      // unless Redis stays unreachable for a lock duration: this worker can then neither renew
-      // the locks nor report what it finishes (BullMQ would wait for it forever), and the jobs
-      // it holds are handed back by BullMQ's stalled check (retried once, on the same record).
-      const graceful = worker.close();
-      graceful.catch(() => {});
-      if (!(await untilOrUnreachable(graceful, connection, lockMs))) {
-        logger.warn(
-          { running, lockMs },
-          'worker stop: Redis unreachable for a lock duration, jobs handed back',
-        );
-        // Pending commands fail at once on the dropped sockets, so the close above unwinds.
-        await settleWithin(new Set([worker.disconnect()]), CLOSE_WAIT_MS);
-      }
-      // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
-      // and the socket dropped; a stale heartbeat expires on its own.
-      await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
-      connection.disconnect();
+    close() {
+      // Once: a second call waits for the first stop rather than starting another.
+      closing ??= (async () => {
+        clearInterval(beating);
+        // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones —
+        // unless Redis stays unreachable for a lock duration: this worker can then neither renew
+        // the locks nor report what it finishes (BullMQ would wait for it forever), and the jobs
+        // it holds are handed back by BullMQ's stalled check (retried once, on the same record).
+        const graceful = worker.close();
+        graceful.catch(() => {});
+        if (!(await untilOrUnreachable(graceful, connection, lockMs))) {
+          logger.warn(
+            { running, lockMs },
+            'worker stop: Redis unreachable for a lock duration, jobs handed back',
+          );
+          // Pending commands fail at once on the dropped sockets, so the close above unwinds.
+          await settleWithin(new Set([worker.disconnect()]), CLOSE_WAIT_MS);
+        }
+        // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
+        // and the socket dropped; a stale heartbeat expires on its own.
+        await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
+        connection.disconnect();
+      })();
+      return closing;
     },
   };
 }
