@@ -39,6 +39,21 @@ const ownPostgres = [
   'test/integration/pg/server_pg_down.test.ts',
 ];
 
+/**
+ * The acceptance table (the guide's "what each viewer sees", through the HTTP API) once more
+ * with every miss on a `viewer-cache worker` (queue) and once on an agent worker (issue 20), on
+ * one PostgreSQL target only: `url` when it is one, else the first. Projects of their own, not a
+ * skip inside the file: the file runs in process in `pg:<target>` as every file does, and in
+ * `pg:<target>:queue` / `pg:<target>:agent` with VC_TEST_EXECUTION set. When VC_TEST_EXECUTION
+ * is set already, every project runs that way, and these are not added.
+ */
+const executionTarget = postgresTargets.includes('url') ? 'url' : postgresTargets[0];
+const executionFiles = ['test/integration/pg/server_acceptance_table.test.ts'];
+const executions =
+  process.env['VC_TEST_EXECUTION'] || executionTarget === undefined
+    ? []
+    : (['queue', 'agent'] as const);
+
 export default defineConfig({
   test: {
     // Two files at a time whatever the core count: vitest's default on a 2-core machine is one,
@@ -83,6 +98,17 @@ export default defineConfig({
           globalSetup: ['test/global_setup_redis.ts', 'test/global_setup_pg.ts'],
           setupFiles: ['test/setup_warnings.ts'],
           env: { VC_TEST_POSTGRES_TARGET: target },
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      })),
+      ...executions.map((execution) => ({
+        test: {
+          name: `pg:${executionTarget}:${execution}`,
+          include: executionFiles,
+          globalSetup: ['test/global_setup_redis.ts', 'test/global_setup_pg.ts'],
+          setupFiles: ['test/setup_warnings.ts'],
+          env: { VC_TEST_POSTGRES_TARGET: executionTarget!, VC_TEST_EXECUTION: execution },
           testTimeout: 30_000,
           hookTimeout: 60_000,
         },

@@ -38,8 +38,9 @@ declare module 'vitest' {
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   // The project's own `env` reaches test workers, not global setup: take the target from the
-  // project's name (`pg:url`, `pg:embedded`, `pg:container`).
-  const target = project.name.replace(/^pg:/, '');
+  // project's name (`pg:url`, `pg:embedded`, `pg:container`, and `pg:url:queue`-like names of
+  // the projects that run a file again with jobs elsewhere: see vitest.config.ts).
+  const [, target = '', execution] = project.name.split(':');
   if (target !== 'url' && target !== 'embedded' && target !== 'container') {
     throw new Error(`global_setup_pg: project ${project.name} names no PostgreSQL target`);
   }
@@ -93,8 +94,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
     };
   }
 
-  const versionNum = await checkCluster(adminUrl, target);
-  const template = await createTemplate(adminUrl);
+  // Names of their own: two projects on one cluster must not drop each other's template.
+  const suffix = execution === undefined ? '' : `_${execution.replace(/[^a-z]/g, '')}`;
+  const versionNum = await checkCluster(adminUrl, target, suffix);
+  const template = await createTemplate(adminUrl, suffix);
   project.provide('pgAdminUrl', adminUrl);
   project.provide('pgVersionNum', versionNum);
   project.provide('pgTemplate', template);
@@ -104,7 +107,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   };
 }
 
-async function checkCluster(adminUrl: string, target: string): Promise<number> {
+async function checkCluster(adminUrl: string, target: string, suffix: string): Promise<number> {
   const admin = new pg.Client({ connectionString: adminUrl });
   try {
     await admin.connect();
@@ -114,7 +117,7 @@ async function checkCluster(adminUrl: string, target: string): Promise<number> {
         'Integration tests need a real server; they do not skip.',
     );
   }
-  const probe = `vc_auth_probe_${process.pid}`;
+  const probe = `vc_auth_probe_${process.pid}${suffix}`;
   try {
     const { rows } = await admin.query<{ v: string }>(
       `select current_setting('server_version_num') as v`,
@@ -148,8 +151,8 @@ async function checkCluster(adminUrl: string, target: string): Promise<number> {
 }
 
 /** A template database with the catalog schema migrated, so each test file starts from a clone. */
-async function createTemplate(adminUrl: string): Promise<string> {
-  const name = `vc_template_${process.pid}`;
+async function createTemplate(adminUrl: string, suffix: string): Promise<string> {
+  const name = `vc_template_${process.pid}${suffix}`;
   await dropDatabase(adminUrl, name);
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();

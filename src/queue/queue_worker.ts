@@ -25,9 +25,9 @@ export interface RawQueueWorkerOptions {
    * What runs the jobs: the in-process executor with the apps, under `withResultCache` with the
    * same store, fingerprint and seal as the servers (so it looks up, checks the fingerprint and
    * writes the sealed entry exactly as a server in process does). Give it the fingerprint
-   * *untracked* — `fingerprint: (job) => datatables.fingerprint(job)` — so it stores under the
-   * full fingerprint the servers look up (a server in queue mode runs nothing, so it never learns
-   * a runnable's narrower dependencies).
+   * *tracked* — `fingerprint: datatables.fingerprint` — so the worker, which runs the job, learns
+   * what the runnable depends on and shares the set (the data tables' learned sets, in Postgres):
+   * the servers read that set before keying, so they look up the key the worker stored under.
    */
   executor: JobExecutor;
   /** The database holding the queue's schema (the job records). */
@@ -86,6 +86,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const logger = options.logger ?? silentLogger;
   const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   let running = 0;
+  let closing: Promise<void> | null = null;
 
   const finished = (outcome: QueueJobOutcome) => {
     // One line per job: path, outcome code, duration; never the viewer, args or rows.
@@ -133,6 +134,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     zadd(key: string, score: number, member: string): Promise<unknown>;
     zrem(key: string, member: string): Promise<unknown>;
     zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
+    readonly status: string;
   };
   connection.on('error', (err) => logger.debug({ err: err.message }, 'worker redis error'));
   const worker = new Worker<unknown, string>(name, processor, {
@@ -166,14 +168,67 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     async ready() {
       await worker.waitUntilReady();
     },
-    async close() {
-      clearInterval(beating);
-      // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones.
-      await worker.close();
-      // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
-      // and the socket dropped; a stale heartbeat expires on its own.
-      await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
-      connection.disconnect();
+    close() {
+      // Once: a second call waits for the first stop rather than starting another.
+      closing ??= (async () => {
+        clearInterval(beating);
+        // Finishes the jobs it holds (BullMQ waits for the active ones) and takes no new ones —
+        // unless Redis stays unreachable for a lock duration: this worker can then neither renew
+        // the locks nor report what it finishes (BullMQ would wait for it forever), and the jobs
+        // it holds are handed back by BullMQ's stalled check (retried once, on the same record).
+        const graceful = worker.close();
+        graceful.catch(() => {});
+        if (!(await untilOrUnreachable(graceful, connection, lockMs))) {
+          logger.warn(
+            { running, lockMs },
+            'worker stop: Redis unreachable for a lock duration, jobs handed back',
+          );
+          // Pending commands fail at once on the dropped sockets, so the close above unwinds.
+          await settleWithin(new Set([worker.disconnect()]), CLOSE_WAIT_MS);
+        }
+        // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
+        // and the socket dropped; a stale heartbeat expires on its own.
+        await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
+        connection.disconnect();
+      })();
+      return closing;
     },
   };
+}
+
+/** How often a stopping worker looks at its Redis connection. */
+const UNREACHABLE_CHECK_MS = 250;
+
+/**
+ * Resolves `true` once `done` settles, or `false` once `connection` has not been ready for
+ * `ms` in a row (ioredis' `status`: anything but `ready` means no command is answered).
+ */
+function untilOrUnreachable(
+  done: Promise<unknown>,
+  connection: { readonly status: string },
+  ms: number,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    let downSince: number | null = null;
+    const check = setInterval(
+      () => {
+        if (connection.status === 'ready') {
+          downSince = null;
+          return;
+        }
+        const now = performance.now();
+        downSince ??= now;
+        if (now - downSince >= ms) finish(false);
+      },
+      Math.min(UNREACHABLE_CHECK_MS, ms),
+    );
+    const finish = (settled: boolean) => {
+      clearInterval(check);
+      resolve(settled);
+    };
+    done.then(
+      () => finish(true),
+      () => finish(true),
+    );
+  });
 }

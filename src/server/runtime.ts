@@ -16,6 +16,7 @@ import {
 import { type AgentDispatch, agentExecutor, InProcessAgentDispatch } from './agent_dispatch.js';
 import { AgentTokens } from './agent_tokens.js';
 import { DEMO_APPS, loadApps, NO_APPS } from './apps_loader.js';
+import { childrenInProcess } from './children_in_process.js';
 import type { ServerConfig } from './config.js';
 import { loadSecretKey, openCacheStore, openDatabase, openQueueRedis } from './connections.js';
 import { DEMO_WORKSPACE, seedDemo } from './demo.js';
@@ -119,16 +120,25 @@ export async function startServer(
     stillStarting();
 
     const jobTokens = new JobTokens();
-    const local = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    // With the queue, job tokens are shared (every server accepts a worker's), also those of
+    // the child runs that run here (see children_in_process.ts).
+    if (config.execution === 'queue') await migrateQueue(pool);
+    const sharedTokens =
+      config.execution === 'queue' ? new SharedJobTokens({ pool, logger }) : null;
+    const local = createExecutor({
+      runnables: world.runnables,
+      datatables,
+      jobTokens: sharedTokens ?? jobTokens,
+      logger,
+    });
     let executor: Executor = local;
-    let sharedTokens: SharedJobTokens | null = null;
     let liveWorkers: (() => Promise<number>) | undefined;
     let queueRedisOf = (): ReturnType<typeof openQueueRedis> => {
       throw new TypeError('no queue outside queue mode');
     };
     if (config.execution === 'queue') {
-      // Misses run on workers (`viewer-cache worker`); hits are answered here, as before.
-      await migrateQueue(pool);
+      // Misses run on workers (`viewer-cache worker`); hits are answered here, as before, and
+      // job-token children run here (a parent holding the only worker slot would wait forever).
       const queueRedis = openQueueRedis(config, logger);
       queueRedisOf = () => queueRedis;
       cleanup.push(() => queueRedis.quit());
@@ -143,9 +153,8 @@ export async function startServer(
       });
       cleanup.push(() => queue.close());
       await queue.ready();
-      executor = queue;
+      executor = childrenInProcess({ jobs: queue, remote: queue, local });
       liveWorkers = () => queue.liveWorkers();
-      sharedTokens = new SharedJobTokens({ pool, logger });
     }
     const shared = sharedTokens;
     // With agents, a miss is handed to an agent of the group (the same job, viewer recorded
@@ -175,10 +184,13 @@ export async function startServer(
           source,
           jobTokens,
           lockMs: config.agentLockMs,
+          // Tracked, as a database worker's: the agent's proxied statements are recorded
+          // against this very job object (the dispatch hands it out by identity), so the set the
+          // run asked is learned and shared, and the server keys on it.
           cacheAround: (agentRunner) =>
             withResultCache(agentRunner, {
               store,
-              fingerprint: (job) => datatables.fingerprint(job),
+              fingerprint: datatables.fingerprint,
               logger,
               seal: { secretKey },
             }),
@@ -187,12 +199,13 @@ export async function startServer(
       cleanup.push(async () => dispatch.close());
       agents = { dispatch, tokens };
     }
-    const runner =
-      agents && config.execution === 'agent'
-        ? agentExecutor(agents.dispatch, config.agentGroup)
-        : executor;
+    if (agents && config.execution === 'agent') {
+      // Job-token children run here, as with the queue (an agent holding the parent's slot).
+      const remote = agentExecutor(agents.dispatch, config.agentGroup);
+      executor = childrenInProcess({ jobs: local, remote, local });
+    }
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
-    const cache = withResultCache(runner, {
+    const cache = withResultCache(executor, {
       store,
       fingerprint: datatables.fingerprint,
       logger,

@@ -100,12 +100,14 @@ export async function startWorker(
     const jobTokens = new SharedJobTokens({ pool, logger });
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // The same cache as the servers': same store, fingerprint and seal, so the same keys.
-    // The full fingerprint, not tracked: a server in queue mode runs nothing, so it never learns
-    // what a runnable depends on and always looks up under the full fingerprint; a worker that
-    // learned would store where the servers never look.
+    // Tracked: the worker runs the job, so it is the one that learns what a runnable version
+    // depends on (SPEC invariant 17). The grown set is written to the shared learned sets
+    // (Postgres, announced on viewer_cache_learned) before the result is stored under it, and
+    // the servers read that set before keying, exactly as two in-process servers share them: a
+    // server keys a run on the fingerprint over the stored set, the one the entry is under.
     const cache = withResultCache(executor, {
       store,
-      fingerprint: (job) => datatables.fingerprint(job),
+      fingerprint: datatables.fingerprint,
       logger,
       seal: { secretKey },
     });

@@ -100,8 +100,8 @@ export class QueueDeployment {
     });
     const cached = withResultCache(executor, {
       store: this.store(),
-      // Untracked, as the worker command does (see src/server/worker.ts).
-      fingerprint: (job) => this.datatables.fingerprint(job),
+      // Tracked, as the worker command does (see src/server/worker.ts): the worker learns.
+      fingerprint: this.datatables.fingerprint,
       seal: { secretKey: SECRET_KEY },
     });
     const worker = createQueueWorker({

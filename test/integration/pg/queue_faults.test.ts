@@ -231,4 +231,33 @@ describe('a Redis restart', () => {
     );
     expect(after).toEqual(ROWS['emea']);
   }, 90_000);
+
+  it('a worker stopping while Redis is gone stops within about a lock duration instead of waiting for it', async () => {
+    redisServer?.kill('SIGKILL');
+    port = await freePort();
+    await startRedis();
+    const deploy = fresh(`redis://127.0.0.1:${port}`);
+    const server = await deploy.server({ wait: 20_000 });
+    const worker = await deploy.worker({ lockDuration: LOCK_MS });
+    const run = runFor(server.registry, 'slow', app(ALICE), {
+      through: server.cached,
+      args: { n: 7, ms: 4000 },
+    });
+    run.catch(() => {});
+    await waitUntil('the worker holds the job', () => worker.running === 1);
+    redisServer!.kill('SIGKILL');
+    await once(redisServer!, 'close');
+    // Graceful first: BullMQ waits for the job, whose completion it can never report. Bounded
+    // by the lock duration of unreachable Redis, then the sockets are dropped (watched: without
+    // the bound, close() had not resolved when the 20 s below ran out).
+    const started = performance.now();
+    const closed = await Promise.race([
+      worker.close().then(() => 'closed'),
+      new Promise((resolve) => setTimeout(resolve, 20_000, 'still waiting')),
+    ]);
+    expect(closed).toBe('closed');
+    expect(performance.now() - started).toBeLessThan(LOCK_MS + 2 * 2000 + 2000);
+    // Back, so the file's clean-up finds a Redis rather than waiting out its bounds.
+    await startRedis();
+  }, 60_000);
 });

@@ -14,6 +14,7 @@ import {
   type Answer,
   asRun,
   type CliResult,
+  httpRequest,
   isRecord,
   parseJson,
   pollUntil,
@@ -865,12 +866,17 @@ describe('metrics and health', () => {
     // carol's set login was made by this server or, prepared ahead, by whichever process saw
     // the membership first: the counter exists either way.
     expect(before).toContain('# TYPE viewer_cache_set_logins_total counter');
+    // Connections are counted by the process that leases them: with the queue, the worker
+    // (whose /metrics this file's worker serves on its port), not the server.
+    const leasing = e2e.queued
+      ? (await httpRequest((await e2e.workers[0]!.ready).url, 'GET', '/metrics')).text
+      : before;
     for (const name of [
       'viewer_cache_datatable_resolve_seconds',
       'viewer_cache_datatable_connect_seconds',
     ]) {
       expect(before).toContain(`# TYPE ${name} histogram`);
-      expect(sample(before, `${name}_count`, 'access="viewer"')).toBeGreaterThan(0);
+      expect(sample(leasing, `${name}_count`, 'access="viewer"')).toBeGreaterThan(0);
     }
 
     // A new args value: a miss, then a hit of it.
@@ -919,11 +925,13 @@ describe('metrics and health', () => {
     expect(health.status).toBe(200);
     const ready = await request('GET', '/readyz');
     expect(ready.status).toBe(200);
-    // With two tiers the invalidation bus is reported too (informational).
+    // With two tiers the invalidation bus is reported too (informational); with the queue, the
+    // live workers too (a miss waits for one).
     expect(ready.json).toEqual({
       ok: true,
-      checks: { postgres: 'ok', redis: 'ok' },
+      checks: { postgres: 'ok', redis: 'ok', ...(e2e.queued ? { workers: 'ok' } : {}) },
       invalidations: 'confirmed',
+      ...(e2e.queued ? { workers: 1 } : {}),
     });
   });
 });

@@ -98,6 +98,39 @@ describe('a server in queue mode and one worker process', () => {
     for (const needle of [ALICE, BOB, 'Acme GmbH', SECRET_KEY]) expect(all).not.toContain(needle);
   });
 
+  it("a change to another data table's roles leaves a queued run's entry valid (invariant 17)", async () => {
+    // The worker ran f/orders/list, so it learned that the runnable reads data table `main`
+    // only, and shared that set: the server keys the run on it, not on the full fingerprint
+    // (watched: with the worker's fingerprint untracked, Alice's next run below is a miss).
+    expect((await appRun(ALICE, 'f/orders/list')).fromCache).toBe(true);
+    const added = await e2e.cli(['groups', 'add', ALICE, 'providers']);
+    expect(added.code, added.stderr).toBe(0);
+    // Once the server sees her new role on the clinics data table (its detail stops refusing)…
+    await pollUntil(async () => {
+      const answer = await e2e.request('POST', `/api/w/${WS}/apps/clinics/run`, {
+        token: demoToken(SECRET_KEY, ALICE),
+        body: { path: 'f/clinics/patients' },
+      });
+      return answer.status === 200;
+    }, 10_000);
+    // …her orders entry, which depends on `main` alone, is still the one served.
+    const again = await appRun(ALICE, 'f/orders/list');
+    expect(again.status, again.text).toBe(200);
+    expect(again.fromCache).toBe(true);
+  });
+
+  it('a child run over HTTP from the only worker slot completes: the child runs on the server', async () => {
+    // One worker of concurrency 1, held by the parent while it waits for its child: queued,
+    // the child would never start (watched: without children_in_process.ts this run waited
+    // for the queue's 60 s and the test timed out). Carol's list is not cached yet here.
+    const started = performance.now();
+    const answer = await appRun('carol@example.com', 'f/orders/remote_child');
+    expect(answer.status, answer.text).toBe(200);
+    const regions = new Set((answer.result as { region: string }[]).map((r) => r.region));
+    expect([...regions].sort()).toEqual(['amer', 'emea']);
+    expect(performance.now() - started).toBeLessThan(20_000);
+  });
+
   it('SIGTERM: the worker stops gracefully (exit 0) and leaves the heartbeat set', async () => {
     const worker = e2e.workers[0]!;
     worker.signal('SIGTERM');
