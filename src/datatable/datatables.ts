@@ -8,7 +8,12 @@
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
-import { ConnectFailedError, DatatableUnreachableError, ViewerCacheError } from '../errors.js';
+import {
+  ConnectFailedError,
+  ConnectionLostError,
+  DatatableUnreachableError,
+  ViewerCacheError,
+} from '../errors.js';
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
@@ -262,8 +267,10 @@ class DatatableService implements Datatables {
       return lease;
     } catch (thrown) {
       // The data table's database down (refused, terminated while connecting, timed out) is
-      // said as such, whichever step met it (the catalog read, the login, the binding).
-      const unreachable = unreachableReason(thrown);
+      // said as such, whichever step met it (the catalog read, the login, the binding). A
+      // connection that was up and then ended (an operator's pg_terminate_backend) stays
+      // E_CONNECTION_LOST: the database answers, the next run gets a fresh connection.
+      const unreachable = thrown instanceof ConnectionLostError ? null : unreachableReason(thrown);
       const err =
         unreachable !== null
           ? new DatatableUnreachableError(
