@@ -221,15 +221,19 @@ export function failureOf(code: string, message: string): ViewerCacheError {
 export function agentExecutor(dispatch: AgentDispatch, group: string): JobExecutor {
   return {
     async run(job: Job): Promise<JobResult> {
-      const value = await dispatch.run(job, group);
-      let json: Uint8Array | undefined;
-      return {
-        jobId: job.id,
-        value,
-        fromCache: false,
-        json: () => (json ??= Buffer.from(JSON.stringify(value) ?? 'null')),
-      };
+      return agentResult(job, await dispatch.run(job, group));
     },
+  };
+}
+
+/** The result of `job` from the value an agent reported (its bytes derived once, on demand). */
+export function agentResult(job: Job, value: unknown): JobResult {
+  let json: Uint8Array | undefined;
+  return {
+    jobId: job.id,
+    value,
+    fromCache: false,
+    json: () => (json ??= Buffer.from(JSON.stringify(value) ?? 'null')),
   };
 }
 

@@ -11,6 +11,7 @@ import {
 import {
   type AgentDispatch,
   type AgentOutcome,
+  agentResult,
   failureOf,
   type TakenJob,
 } from './agent_dispatch.js';
@@ -67,14 +68,7 @@ export class QueueAgentDispatch implements AgentDispatch {
       run: async (job: Job): Promise<JobResult> => {
         const hand = this.#handing.get(job.id);
         if (hand === undefined) throw new ExecutorFailedError('no agent to hand the job to');
-        const value = await hand(job);
-        let json: Uint8Array | undefined;
-        return {
-          jobId: job.id,
-          value,
-          fromCache: false,
-          json: () => (json ??= Buffer.from(JSON.stringify(value) ?? 'null')),
-        };
+        return agentResult(job, await hand(job));
       },
     };
     this.#cached = options.cacheAround(handOff);
