@@ -1,17 +1,15 @@
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
 import type pg from 'pg';
-import { type Duration, resolveDuration } from '../duration.js';
+import type { Duration } from '../duration.js';
 import { QueueJobRefusedError } from '../errors.js';
 import type { Job } from '../job.js';
-import { type Logger, silentLogger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { finishJobRecord } from './job_records.js';
 import { claimQueuedJob } from './queue_claim.js';
 import type { QueueRedis } from './queue_executor.js';
-import { isQueueMessage, QUEUE_DEFAULTS } from './queue_names.js';
-import { QueueKeys } from './queue_seal.js';
+import { isQueueMessage } from './queue_names.js';
+import { queueTaker } from './queue_taker.js';
 
 export interface RawQueueJobSourceOptions {
   /** The database holding the queue's schema (the job records). */
@@ -66,16 +64,7 @@ export interface QueueJobSource {
  * fed to agents only still gets its lost jobs back.
  */
 export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJobSource {
-  const { pool, redis } = options;
-  if (typeof pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
-  if (typeof redis?.duplicate !== 'function')
-    throw new TypeError('redis must be an ioredis Redis or Cluster client');
-  const keys = new QueueKeys(options.secretKey);
-  const lockMs = resolveDuration(options.lockDuration ?? '30s', 'lockDuration');
-  const prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
-  const name = options.name ?? QUEUE_DEFAULTS.name;
-  const logger = options.logger ?? silentLogger;
-  const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  const { pool, redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
   let taken = 0;
   let closing = false;
 

@@ -1,17 +1,15 @@
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
 import type pg from 'pg';
-import { type Duration, resolveDuration } from '../duration.js';
+import type { Duration } from '../duration.js';
 import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
-import { type Logger, silentLogger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { finishJobRecord } from './job_records.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import type { QueueRedis } from './queue_executor.js';
-import { HEARTBEAT_TTL_MS, heartbeatKey, QUEUE_DEFAULTS } from './queue_names.js';
-import { QueueKeys } from './queue_seal.js';
+import { HEARTBEAT_TTL_MS, heartbeatKey } from './queue_names.js';
+import { queueTaker } from './queue_taker.js';
 
 /** How one job ended on this worker: `ok`, or the error code it failed with. */
 export interface QueueJobOutcome {
@@ -71,20 +69,12 @@ export interface QueueWorker {
  * that record alone. Answers travel sealed to the queue id; failures as bare codes.
  */
 export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
-  const { executor, pool, redis } = options;
+  const { executor } = options;
   if (typeof executor?.run !== 'function') throw new TypeError('executor must run jobs');
-  if (typeof pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
-  if (typeof redis?.duplicate !== 'function')
-    throw new TypeError('redis must be an ioredis Redis or Cluster client');
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
     throw new TypeError('concurrency must be an integer from 1 to 1000');
-  const keys = new QueueKeys(options.secretKey);
-  const lockMs = resolveDuration(options.lockDuration ?? '30s', 'lockDuration');
-  const prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
-  const name = options.name ?? QUEUE_DEFAULTS.name;
-  const logger = options.logger ?? silentLogger;
-  const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  const { pool, redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
   let running = 0;
   let closing: Promise<void> | null = null;
 
