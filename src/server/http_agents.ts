@@ -15,6 +15,7 @@ import {
   type RawQueryProxyLimits,
   runProxiedQuery,
   runProxiedRoleCheck,
+  ViewerCacheError,
 } from '../index.js';
 import type { AgentDispatch, AgentOutcome } from './agent_dispatch.js';
 import type { AgentIdentity, AgentTokens } from './agent_tokens.js';
@@ -231,7 +232,12 @@ export function registerAgentRoutes(
           connector: deps.datatables,
           ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
         },
-      );
+      ).catch((err: unknown) => {
+        const failed = statementFailure(err);
+        if (failed === null) throw err;
+        return failed;
+      });
+      if ('error' in result) return reply.status(400).send(result);
       return reply.type('application/json').send(result.json);
     },
   );
@@ -257,4 +263,20 @@ export function registerAgentRoutes(
       return { holds };
     },
   );
+}
+
+/**
+ * A statement Postgres itself refused (a pg DatabaseError: a SQLSTATE and a severity), answered
+ * as `E_QUERY_FAILED` with its SQLSTATE and message, so the runnable on the agent sees what it
+ * would see in process (`err.code === '42501'`). The agent runs the job and sees its data; the
+ * message is Postgres's about that statement. Null for anything else (our refusals, faults).
+ */
+function statementFailure(
+  err: unknown,
+): { error: { code: 'E_QUERY_FAILED'; message: string; sqlstate: string } } | null {
+  if (!(err instanceof Error) || err instanceof ViewerCacheError || !('severity' in err))
+    return null;
+  const sqlstate = (err as { code?: unknown }).code;
+  if (typeof sqlstate !== 'string' || !/^[0-9A-Z]{5}$/.test(sqlstate)) return null;
+  return { error: { code: 'E_QUERY_FAILED', message: err.message, sqlstate } };
 }

@@ -85,10 +85,14 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
           }),
         });
         const body = (await response.json().catch(() => null)) as
-          | (DatatableQueryResult & { error?: { code?: string; message?: string } })
+          | (DatatableQueryResult & {
+              error?: { code?: string; message?: string; sqlstate?: string };
+            })
           | null;
         if (!response.ok || body === null || !Array.isArray(body.rows)) {
           const error = body?.error;
+          if (error?.code === 'E_QUERY_FAILED' && typeof error.sqlstate === 'string')
+            throw new StatementFailedError(error.message ?? 'the statement failed', error.sqlstate);
           throw failureOf(
             error?.code ?? 'E_EXECUTOR_FAILED',
             error?.message ?? `the query proxy answered ${response.status}`,
@@ -108,4 +112,19 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
       return { client, query, copy, release: async () => {} };
     },
   };
+}
+
+/**
+ * A statement Postgres refused on the server, in the shape pg gives it in process (`code` is the
+ * SQLSTATE, `severity` set), so a runnable's `catch` reads the same on an agent.
+ */
+class StatementFailedError extends Error {
+  readonly severity = 'ERROR';
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+    this.name = 'error';
+  }
 }
