@@ -1,35 +1,17 @@
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
-import type pg from 'pg';
-import type { Duration } from '../duration.js';
 import { QueueJobRefusedError } from '../errors.js';
 import type { Job } from '../job.js';
-import type { Logger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { finishJobRecord } from './job_records.js';
 import { claimQueuedJob } from './queue_claim.js';
-import type { QueueRedis } from './queue_executor.js';
 import { isQueueMessage } from './queue_names.js';
-import { queueTaker } from './queue_taker.js';
+import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
 
-export interface RawQueueJobSourceOptions {
-  /** The database holding the queue's schema (the job records). */
-  pool: pg.Pool;
-  /** The Redis the servers queue on (duplicated: BullMQ's blocking reads need their own). */
-  redis: QueueRedis;
-  /** The deployment secret (VIEWER_CACHE_SECRET_KEY): messages that do not verify are refused. */
-  secretKey: string;
-  /**
-   * How long a taken job's lock lives without {@link HeldQueueJob.extend}: a holder that goes
-   * silent hands the job back after about this long; it is retried once. @default '30s'
-   */
-  lockDuration?: Duration;
-  /** @default '{viewer-cache}' */
-  prefix?: string;
-  /** @default 'jobs' */
-  name?: string;
-  /** @default silent */
-  logger?: Logger;
-}
+/**
+ * A job source's options: a taker's (`lockDuration` is how long a taken job's lock lives without
+ * {@link HeldQueueJob.extend}: a holder that goes silent hands it back, and it is retried once).
+ */
+export type RawQueueJobSourceOptions = QueueTakerOptions;
 
 /** A queued job taken by hand: verified, its record claimed, its lock held until it ends. */
 export interface HeldQueueJob {

@@ -1,15 +1,11 @@
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
-import type pg from 'pg';
-import type { Duration } from '../duration.js';
 import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
-import type { Logger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { finishJobRecord } from './job_records.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
-import type { QueueRedis } from './queue_executor.js';
 import { HEARTBEAT_TTL_MS, heartbeatKey } from './queue_names.js';
-import { queueTaker } from './queue_taker.js';
+import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
 
 /** How one job ended on this worker: `ok`, or the error code it failed with. */
 export interface QueueJobOutcome {
@@ -18,7 +14,8 @@ export interface QueueJobOutcome {
   readonly ms: number;
 }
 
-export interface RawQueueWorkerOptions {
+/** A worker's options: a taker's (a worker that dies mid-job hands it back after its lock), and: */
+export interface RawQueueWorkerOptions extends QueueTakerOptions {
   /**
    * What runs the jobs: the in-process executor with the apps, under `withResultCache` with the
    * same store, fingerprint and seal as the servers (so it looks up, checks the fingerprint and
@@ -28,27 +25,10 @@ export interface RawQueueWorkerOptions {
    * the servers read that set before keying, so they look up the key the worker stored under.
    */
   executor: JobExecutor;
-  /** The database holding the queue's schema (the job records). */
-  pool: pg.Pool;
-  /** The Redis the servers queue on (duplicated: BullMQ's blocking reads need their own). */
-  redis: QueueRedis;
-  /** The deployment secret (VIEWER_CACHE_SECRET_KEY): messages that do not verify are refused. */
-  secretKey: string;
   /** Jobs run at once. @default 1 */
   concurrency?: number;
-  /**
-   * How long a job's lock lives without renewal: a worker that dies mid-job hands it back after
-   * about this long, and it is retried once (on the same record, so the same viewer). @default '30s'
-   */
-  lockDuration?: Duration;
-  /** @default '{viewer-cache}' */
-  prefix?: string;
-  /** @default 'jobs' */
-  name?: string;
   /** Called once per finished job (metrics). */
   onFinished?: (outcome: QueueJobOutcome) => void;
-  /** @default silent */
-  logger?: Logger;
 }
 
 export interface QueueWorker {

@@ -204,12 +204,18 @@ export class InProcessAgentDispatch implements AgentDispatch {
   }
 }
 
+const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
+
 /**
  * The failure an agent reported, as the error class of its code when it is one of ours (a
- * refusal keeps its status: E_NO_VIEWER is still a 403), else E_EXECUTOR_FAILED. The agent's
+ * refusal keeps its status: E_NO_VIEWER is still a 403), E_INVALID_DATA for a statement's data
+ * exception, else E_EXECUTOR_FAILED. The agent's
  * text is capped and never logged above debug (it may echo the runnable's data).
  */
 export function failureOf(code: string, message: string): ViewerCacheError {
+  // A statement's data exception (SQLSTATE class 22, e.g. a NUL byte in an argument) is the
+  // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
+  if (DATA_EXCEPTION.test(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
   if (CODE_RE.test(code) && Object.hasOwn(errors, code)) {
     return new errors[code as keyof typeof errors](text);

@@ -108,7 +108,7 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
       // A DuckDB copy asks the proxy for its own bound (duckdb.maxRows / maxBytes) instead of
       // the per-statement 10 000 rows, so that it is bounded here as in process.
       const copy = (text: string, values: readonly unknown[], bound: CopyBound) =>
-        ask(text, values, { maxRows: bound.maxRows, maxBytes: bound.maxBytes });
+        ask(text, values, bound);
       return { client, query, copy, release: async () => {} };
     },
   };

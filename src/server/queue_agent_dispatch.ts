@@ -24,7 +24,7 @@ interface Holding {
   readonly held: HeldQueueJob;
   readonly resolve: (value: unknown) => void;
   readonly reject: (err: Error) => void;
-  silence: NodeJS.Timeout;
+  silence: NodeJS.Timeout | undefined;
 }
 
 export interface QueueAgentDispatchOptions {
@@ -32,8 +32,9 @@ export interface QueueAgentDispatchOptions {
   readonly source: QueueJobSource;
   /**
    * Wraps the hand-off to an agent in the result cache a queue worker uses (same store, the
-   * untracked full fingerprint, same seal): the entry is looked up, fingerprint-checked and
-   * written sealed under the same key as by a database worker.
+   * tracked fingerprint, same seal): the entry is looked up, fingerprint-checked and written
+   * sealed under the same key as by a database worker. Tracking sees the agent's statements
+   * because its proxied requests resolve to the very job object handed to the cache.
    */
   readonly cacheAround: (agents: JobExecutor) => JobExecutor;
   /** Tokens of the jobs this server's agents hold (their query-proxy requests carry them). */
@@ -155,7 +156,7 @@ export class QueueAgentDispatch implements AgentDispatch {
               if (err instanceof QueueWorkerLostError) lost = true;
               fail(err);
             },
-            silence: setTimeout(() => {}, 0),
+            silence: undefined,
           };
           this.#holding.set(handed.id, holding);
           this.#listen(holding);

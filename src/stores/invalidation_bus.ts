@@ -199,7 +199,7 @@ export class RedisInvalidationBus implements CacheInvalidation {
       await this.#bounded(this.#subscriber.subscribe(this.#channel), 'subscribe');
       // The commands' connection may still be connecting (a client with no offline queue
       // would refuse the load): wait for it, within the timeout, like every command.
-      await this.#bounded(connected(this.#client), 'connect');
+      await connected(this.#client, this.#timeoutMs);
       const [, all] = (await this.#bounded(
         this.#client
           .multi()
@@ -359,19 +359,29 @@ async function bump(
   return [String(id), Number(epoch), Number(receivers)];
 }
 
-/** Resolves when `client` is ready for commands (at once, if it is). */
-function connected(client: Redis | Cluster): Promise<void> {
+/**
+ * Resolves when `client` is ready for commands (at once, if it is); rejects when it ends, or after
+ * `timeoutMs`. Its listeners go either way: a resync that gives up while Redis stays down must
+ * not leave a pair on the shared client each time.
+ */
+function connected(client: Redis | Cluster, timeoutMs: number): Promise<void> {
   if (client.status === 'ready') return Promise.resolve();
   return new Promise<void>((resolve, reject) => {
-    const ready = () => {
-      client.off('end', ended);
-      resolve();
-    };
-    const ended = () => {
+    const settle = (err?: Error) => {
+      clearTimeout(timer);
       client.off('ready', ready);
-      reject(new Error('the connection ended'));
+      client.off('end', ended);
+      if (err === undefined) resolve();
+      else reject(err);
     };
-    client.once('ready', ready).once('end', ended);
+    const ready = () => settle();
+    const ended = () =>
+      settle(new StoreUnavailableError('redis connect failed: the connection ended'));
+    const timer = setTimeout(
+      () => settle(new StoreUnavailableError(`redis connect timed out after ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    client.on('ready', ready).on('end', ended);
   });
 }
 

@@ -1,4 +1,3 @@
-import type { TypedEmitter } from '../../events.js';
 /*
  * datatable/logins/ — connections holding exactly the granted roles: the leaser every access
  * kind ends in (this file); the set-login protocol that creates, takes back and retires
@@ -7,6 +6,7 @@ import type { TypedEmitter } from '../../events.js';
  * connection lent to a job (pooled_lease.ts); managed passwords (passwords.ts); which set logins
  * are wanted, for gc and for preparing ahead (login_gc.ts, set_login_warmer.ts); sql/.
  */
+import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
 import { SingleFlight } from '../../util/single_flight.js';

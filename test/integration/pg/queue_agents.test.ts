@@ -13,6 +13,7 @@ import {
   clearRedisPrefix,
   httpRequest,
   pollUntil,
+  runCli,
   runCliJson,
   ServerProcess,
   serverEnv,
@@ -259,5 +260,29 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     expect(hitA.result).toEqual(bob.result);
     expect(hitB.result).toEqual(alice.result);
     expect(agent.finished().length).toBe(before);
+  });
+
+  it('a role removed applies to a run an agent answered from the queue: the old entry is never served again', async () => {
+    // The entry an agent's run stored is keyed on what the run asked (learned through the
+    // proxied statements, recorded against the job the server handed out): a change to that
+    // authorization must reach it. Keyed on a set that missed `main`, the old rows would be
+    // served from the cache for the entry's whole life.
+    const carol = 'carol@example.com';
+    const args = { revoked: 1 };
+    const both = await appRun(urls[0]!, carol, 'f/orders/list', args);
+    expect(both.status, both.text).toBe(200);
+    const regions = (rows: unknown) =>
+      [...new Set((rows as { region: string }[]).map((r) => r.region))].sort();
+    expect(regions(both.result)).toEqual(['amer', 'emea']);
+    expect((await appRun(urls[1]!, carol, 'f/orders/list', args)).fromCache).toBe(true);
+    const removed = await runCli(env, ['-w', WS, 'groups', 'remove', carol, 'amer']);
+    expect(removed.code, removed.stderr).toBe(0);
+    // Each server hears the change within its freshness bound; until then a run may still hit.
+    for (const url of urls) {
+      await pollUntil(async () => {
+        const answer = await appRun(url, carol, 'f/orders/list', args);
+        return answer.status === 200 && regions(answer.result).join() === 'emea';
+      }, 10_000);
+    }
   });
 });
