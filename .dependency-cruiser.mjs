@@ -6,21 +6,38 @@
 //   src/*.ts    the vocabulary: job, errors, logger, durations, events, embed viewer, results
 //   util/       small shared helpers
 //   connector/  the seams: datatable:// references, the connector, the fingerprint contract
+//   pg/         Postgres plumbing that knows no table of ours (clients, SQLSTATEs, migrations)
 //   executor/, datatable/, stores/, embed/  (executor/ and datatable/ never meet but through
 //               connector/) — and cache/ over stores/, never the other way
-//   queue/      jobs on workers (BullMQ): over executor/ and the migration runner, under index.ts
+//   queue/      jobs on workers (BullMQ): over executor/ and pg/, under index.ts
 //   index.ts    the public entry, and server/ above it, through it alone
 // Inside datatable/, rooms in the same spirit, under the front door (datatable/*.ts):
-//   pg/ ← catalog/ ← access/ ← logins/ ← identity/, admin/
+//   catalog/ ← access/ ← logins/ ← identity/, admin/
+// Inside server/, the reference server's rooms, top down (main.ts and index.ts above them all):
+//   cli/ → start/ → http/, demo/ → agents/, apps/ → credentials/, recipients/ → process/
+// and the agent process (agents/agent_worker.ts, agents/proxy_client.ts) loads of the server
+// only the wire protocol (agents/agent_protocol.ts), never the routes or the dispatch.
 
 /** A datatable room may import these rooms (and itself); nothing else of datatable/. */
 const ROOMS_BENEATH = {
-  pg: [],
-  catalog: ['pg'],
-  access: ['catalog', 'pg'],
-  logins: ['access', 'catalog', 'pg'],
-  identity: ['logins', 'access', 'catalog', 'pg'],
-  admin: ['logins', 'access', 'catalog', 'pg'],
+  catalog: [],
+  access: ['catalog'],
+  logins: ['access', 'catalog'],
+  identity: ['logins', 'access', 'catalog'],
+  admin: ['logins', 'access', 'catalog'],
+};
+
+/** A server room may import these rooms (and itself); nothing else of server/. */
+const SERVER_ROOMS_BENEATH = {
+  process: [],
+  credentials: ['process'],
+  recipients: ['process'],
+  agents: ['credentials', 'recipients', 'process'],
+  apps: ['credentials', 'recipients', 'process'],
+  http: ['agents', 'apps', 'credentials', 'recipients', 'process'],
+  demo: ['agents', 'apps', 'credentials', 'recipients', 'process'],
+  start: ['http', 'demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
+  cli: ['start', 'http', 'demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
 };
 
 const roomRules = Object.entries(ROOMS_BENEATH).map(([room, beneath]) => ({
@@ -31,6 +48,17 @@ const roomRules = Object.entries(ROOMS_BENEATH).map(([room, beneath]) => ({
   to: {
     path: '^src/datatable/[^/]+/',
     pathNot: `^src/datatable/(${[room, ...beneath].join('|')})/`,
+  },
+}));
+
+const serverRoomRules = Object.entries(SERVER_ROOMS_BENEATH).map(([room, beneath]) => ({
+  name: `server-${room}-room`,
+  comment: `server/${room}/ imports only ${beneath.length === 0 ? 'itself (it is the floor)' : `itself and ${beneath.join(', ')}`} of server/: no arrow runs back up`,
+  severity: 'error',
+  from: { path: `^src/server/${room}/` },
+  to: {
+    path: '^src/server/[^/]+/',
+    pathNot: `^src/server/(${[room, ...beneath].join('|')})/`,
   },
 }));
 
@@ -124,6 +152,33 @@ export default {
     },
     ...roomRules,
     {
+      name: 'pg-floor',
+      comment: 'pg/ is the floor beneath the data tables and the queue: it knows no room above it.',
+      severity: 'error',
+      from: { path: '^src/pg/' },
+      to: { path: '^src/', pathNot: '^src/pg/' },
+    },
+    ...serverRoomRules,
+    {
+      name: 'server-rooms-not-entries',
+      comment:
+        "The server's rooms are under its entries (main.ts, index.ts): no room imports an entry of server/.",
+      severity: 'error',
+      from: { path: '^src/server/[^/]+/' },
+      to: { path: '^src/server/[^/]+\\.ts$' },
+    },
+    {
+      name: 'agent-process-loads-only-the-protocol',
+      comment:
+        "The process on an agent's machine loads of the server only the wire protocol (agents/agent_protocol.ts): never the routes, the dispatch or the credentials.",
+      severity: 'error',
+      from: { path: '^src/server/agents/(agent_worker|proxy_client)\\.ts$' },
+      to: {
+        path: '^src/server/',
+        pathNot: '^src/server/agents/(agent_protocol|proxy_client)\\.ts$',
+      },
+    },
+    {
       name: 'queue-own-room',
       comment:
         'queue/ (jobs on workers) builds on the executor, the vocabulary and the migration runner; only index.ts imports it.',
@@ -134,13 +189,10 @@ export default {
     {
       name: 'queue-imports',
       comment:
-        'queue/ reaches the executor through its contract and Postgres through the migration runner: not the cache, stores, embed or the data tables.',
+        'queue/ reaches the executor through its contract and Postgres through pg/: not the cache, stores, embed or the data tables.',
       severity: 'error',
       from: { path: '^src/queue/' },
-      to: {
-        path: '^src/(cache|stores|embed|connector|datatable)/',
-        pathNot: '^src/datatable/pg/migration_runner\\.ts$',
-      },
+      to: { path: '^src/(cache|stores|embed|connector|datatable)/' },
     },
     {
       name: 'src-not-tests-or-benches',
@@ -169,7 +221,9 @@ export default {
       extensions: ['.ts', '.js', '.mjs'],
     },
     reporterOptions: {
-      dot: { collapsePattern: '^(src/datatable/[^/]+|src/[^/]+|test/[^/]+|bench)/' },
+      dot: {
+        collapsePattern: '^(src/datatable/[^/]+|src/server/[^/]+|src/[^/]+|test/[^/]+|bench)/',
+      },
     },
   },
 };

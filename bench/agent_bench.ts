@@ -17,7 +17,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { AgentTokens } from '../src/server/agent_tokens.js';
+import { AgentTokens } from '../src/server/credentials/agent_tokens.js';
 import {
   type ExecutionRow,
   executionRow,

@@ -16,7 +16,7 @@ import {
   MemoryCacheStore,
   withResultCache,
 } from '../src/index.js';
-import { clinicsWorld, seedClinics } from '../src/server/demo_clinics.js';
+import { clinicsWorld, seedClinics } from '../src/server/demo/demo_clinics.js';
 import { fmt, markdownTable } from './helpers.js';
 import { type BenchPostgres, benchPostgres } from './postgres_fixture.js';
 

@@ -38,10 +38,6 @@ export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migr
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
-export type { Migration, MigrationPlan } from './datatable/pg/migration_runner.js';
-export { runMigrations } from './datatable/pg/migration_runner.js';
-/** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
-export { unreachableReason } from './datatable/pg/sqlstate.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,
@@ -154,6 +150,10 @@ export {
 export type { JobResult } from './job_result.js';
 export type { Logger } from './logger.js';
 export { redactIdentity } from './logger.js';
+export type { Migration, MigrationPlan } from './pg/migration_runner.js';
+export { runMigrations } from './pg/migration_runner.js';
+/** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
+export { unreachableReason } from './pg/sqlstate.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,

@@ -17,6 +17,9 @@ import {
 import { TypedEmitter } from '../events.js';
 import type { Job } from '../job.js';
 import type { Logger } from '../logger.js';
+import { CoalescingSocket } from '../pg/coalescing_socket.js';
+import { GuardedClient } from '../pg/pg_clients.js';
+import { unreachableReason } from '../pg/sqlstate.js';
 import { JobAuthorizations } from './access/job_authorizations.js';
 import { LearnedSets } from './access/learned_sets.js';
 import { RunDependencies } from './access/run_dependencies.js';
@@ -37,9 +40,6 @@ import { probePooler } from './logins/pooler_probe.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
-import { CoalescingSocket } from './pg/coalescing_socket.js';
-import { GuardedClient } from './pg/pg_clients.js';
-import { unreachableReason } from './pg/sqlstate.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 

@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import { runMigrations } from '../datatable/pg/migration_runner.js';
 import { canonicalEmbedViewer } from '../embed_viewer.js';
 import { InvalidJobError } from '../errors.js';
 import { canonicalRoleScope, type Job, type JobPerms, type RunOrigin } from '../job.js';
+import { runMigrations } from '../pg/migration_runner.js';
 
 /** Where the queue keeps its job records and job tokens (in the server's database). */
 export const QUEUE_SCHEMA = 'viewer_cache_queue';

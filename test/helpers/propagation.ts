@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { createDatatables, type Datatables } from '../../src/index.js';
-import { demoToken } from '../../src/server/tokens.js';
+import { demoToken } from '../../src/server/credentials/tokens.js';
 import type { ServerFleet } from './server_fleet.js';
 import { httpRequest, isRecord, runCliJson } from './server_process.js';
 

@@ -100,7 +100,7 @@ export class QueueDeployment {
     });
     const cached = withResultCache(executor, {
       store: this.store(),
-      // Tracked, as the worker command does (see src/server/worker.ts): the worker learns.
+      // Tracked, as the worker command does (see src/server/start/worker.ts): the worker learns.
       fingerprint: this.datatables.fingerprint,
       seal: { secretKey: SECRET_KEY },
     });

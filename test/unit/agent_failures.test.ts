@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { failureOf } from '../../src/server/agent_dispatch.js';
+import { failureOf } from '../../src/server/agents/agent_protocol.js';
 
 // What an agent reports as a job's failure becomes the error the server answers with: our own
 // codes keep their class and status, a statement's data exception is the caller's bad input

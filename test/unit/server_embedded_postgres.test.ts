@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ViewerCacheError } from '../../src/index.js';
-import { startEmbeddedPostgres } from '../../src/server/embedded_postgres.js';
+import { startEmbeddedPostgres } from '../../src/server/process/embedded_postgres.js';
 import {
   checkPostgresUserAccess,
   firstClosedFolder,
-} from '../../src/server/postgres_user_access.js';
+} from '../../src/server/process/postgres_user_access.js';
 import { freePort } from '../helpers/free_port.js';
 
 // A newcomer running as root in a project folder the `postgres` OS user cannot enter (anything

@@ -37,7 +37,9 @@ describe('server environment', () => {
   });
 
   it('every variable read under src/server is in the README configuration table', () => {
-    const files = readdirSync(SERVER).filter((name) => name.endsWith('.ts'));
+    const files = (readdirSync(SERVER, { recursive: true }) as string[]).filter((name) =>
+      name.endsWith('.ts'),
+    );
     const read = new Map<string, string>();
     for (const file of files) {
       for (const name of envReads(readFileSync(join(SERVER, file), 'utf8'))) read.set(name, file);

@@ -5,7 +5,7 @@ import {
   NoViewerError,
   UnknownRunnableError,
 } from '../../src/index.js';
-import { HttpError, toHttpError } from '../../src/server/http_errors.js';
+import { HttpError, toHttpError } from '../../src/server/http/http_errors.js';
 
 // How the reference server answers what a route threw: coded refusals keep their code and
 // status wherever they were raised in the job tree; only genuine faults are 5xx.

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { readConfig } from '../../src/server/config.js';
+import { readConfig } from '../../src/server/process/config.js';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/fatal_logger.mjs', import.meta.url));
 const dirs: string[] = [];

@@ -2,8 +2,8 @@ import { Writable } from 'node:stream';
 import Fastify, { type FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { deferredChildLogger } from '../../src/server/http_logger.js';
-import { RequestLog } from '../../src/server/http_reply.js';
+import { deferredChildLogger } from '../../src/server/http/http_logger.js';
+import { RequestLog } from '../../src/server/http/http_reply.js';
 
 // The request logger is made only when used, and the access line skips redaction: both must
 // still write what the request's own pino child would have, and the root must still redact.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { printWelcome } from '../../src/server/welcome.js';
+import { printWelcome } from '../../src/server/start/welcome.js';
 
 // `serve` prints the demo users' tokens only to a terminal: a pipe or a file is a log stream.
 

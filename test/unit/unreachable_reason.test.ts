@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { unreachableReason } from '../../src/datatable/pg/sqlstate.js';
+import { unreachableReason } from '../../src/pg/sqlstate.js';
 
 // What the datatables layer reads as "the data table's database is unreachable" (then refused
 // with E_DATATABLE_UNREACHABLE): the shapes pg and Node give a refused, terminated or timed-out

@@ -1,7 +1,7 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type pg from 'pg';
 import type { Logger } from '../../logger.js';
-import { withPooledClient } from '../pg/pg_clients.js';
+import { withPooledClient } from '../../pg/pg_clients.js';
 import type { DependencySet } from './dependency.js';
 import * as sql from './sql/learned_sets.js';
 

@@ -11,6 +11,8 @@ import { datatableRefOf, validateRoleName } from '../../connector/datatable_ref.
 import { CatalogError, UnknownDatatableError, UnknownRoleError } from '../../errors.js';
 import { WORKSPACE_RE } from '../../job.js';
 import { type Logger, silentLogger } from '../../logger.js';
+import { withClient, withPooledClient } from '../../pg/pg_clients.js';
+import { isRoleNameTaken } from '../../pg/sqlstate.js';
 import { type MembershipKind, validateTenant } from '../catalog/directory.js';
 import {
   addGoverningTable,
@@ -24,8 +26,6 @@ import * as sql from '../catalog/sql/catalog_writes.js';
 import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
 import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
 import { LOGIN_ATTRIBUTES, READ_ROLE_OID, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
-import { withClient, withPooledClient } from '../pg/pg_clients.js';
-import { isRoleNameTaken } from '../pg/sqlstate.js';
 
 /** What every change returns: the catalog generation it produced. */
 export interface CatalogChange {

@@ -7,7 +7,7 @@
  * Beneath every other room but pg/.
  */
 import type pg from 'pg';
-import { withPooledClient } from '../pg/pg_clients.js';
+import { withPooledClient } from '../../pg/pg_clients.js';
 import type { MembershipKind, Principals } from './directory.js';
 import { NO_PRINCIPALS } from './directory.js';
 import * as sql from './sql/catalog_reads.js';

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { type Migration, runMigrations } from '../pg/migration_runner.js';
+import { type Migration, runMigrations } from '../../pg/migration_runner.js';
 
 /** Schema of the catalog tables, in the catalog database. */
 export const CATALOG_SCHEMA = 'viewer_cache';
@@ -63,7 +63,7 @@ const MIGRATIONS: readonly Migration[] = [
     version: 2,
     name: 'api tokens',
     // Once created the reference server's token table; the server now owns that table in its
-    // own schema (src/server/server_migrations.ts). Kept as an empty step so the version numbers
+    // own schema (src/server/process/server_migrations.ts). Kept as an empty step so the version numbers
     // of catalogs already migrated stay valid; catalogs that ran it keep the old table, which
     // the server's migration copies from.
     statements: [],

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { queryInTurn } from '../pg/pg_clients.js';
+import { queryInTurn } from '../../pg/pg_clients.js';
 
 /**
  * "The change has reached every process" (`catalog.awaitPropagation`): without it, a run that

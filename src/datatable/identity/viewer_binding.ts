@@ -1,7 +1,7 @@
 import { ConnectFailedError, ConnectionLostError } from '../../errors.js';
 import type { JobPerms } from '../../job.js';
+import { isConnectionLost, NO_IDENTITY, sqlstateOf } from '../../pg/sqlstate.js';
 import { type PooledLease, RESET_SESSION } from '../logins/pooled_lease.js';
-import { isConnectionLost, NO_IDENTITY, sqlstateOf } from '../pg/sqlstate.js';
 import { NEXT_LEASE } from './sql/identity.js';
 import type { ViewerIdentities, ViewerIdentity } from './viewer_identity.js';
 

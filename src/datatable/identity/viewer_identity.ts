@@ -7,10 +7,10 @@
 import { hash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { type Logger, silentLogger } from '../../logger.js';
+import type { LeadStatement } from '../../pg/lead_query.js';
+import { withPooledClient } from '../../pg/pg_clients.js';
+import { isMissingObject } from '../../pg/sqlstate.js';
 import { SingleFlight } from '../../util/single_flight.js';
-import type { LeadStatement } from '../pg/lead_query.js';
-import { withPooledClient } from '../pg/pg_clients.js';
-import { isMissingObject } from '../pg/sqlstate.js';
 import * as sql from './sql/identity.js';
 
 /** What a policy can read about the viewer of a run. */

@@ -3,8 +3,8 @@
 import pg from 'pg';
 import { ConnectionLostError } from '../../errors.js';
 import { type Logger, silentLogger } from '../../logger.js';
-import { GuardedClient } from '../pg/pg_clients.js';
-import { isAuthFailure } from '../pg/sqlstate.js';
+import { GuardedClient } from '../../pg/pg_clients.js';
+import { isAuthFailure } from '../../pg/sqlstate.js';
 import { PooledLease, type StaleSessions } from './pooled_lease.js';
 
 export interface LoginPoolsOptions {

@@ -11,7 +11,7 @@ import {
   NoViewerError,
 } from '../../errors.js';
 import type { Logger } from '../../logger.js';
-import { type LeadStatement, queryWithLead } from '../pg/lead_query.js';
+import { type LeadStatement, queryWithLead } from '../../pg/lead_query.js';
 import {
   CANNOT_RUN_IN_BLOCK,
   INSUFFICIENT_PRIVILEGE,
@@ -22,7 +22,7 @@ import {
   NO_IDENTITY,
   SYNTAX_ERROR,
   sqlstateOf,
-} from '../pg/sqlstate.js';
+} from '../../pg/sqlstate.js';
 
 /**
  * What a release runs on the connection (one Query message) before pooling it, then `onDone`

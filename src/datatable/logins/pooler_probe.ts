@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { PoolerUnsafeError } from '../../errors.js';
-import { withClient } from '../pg/pg_clients.js';
+import { withClient } from '../../pg/pg_clients.js';
 
 /** Attempts at meeting the probed backend again before the probe gives up (inconclusive). */
 const ATTEMPTS = 5;

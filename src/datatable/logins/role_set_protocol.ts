@@ -6,8 +6,8 @@ import { ROLE_SET_LOGIN_PREFIX } from '../../connector/datatable_ref.js';
 import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
-import { withClient, withPooledClient } from '../pg/pg_clients.js';
-import { sqlstateOf } from '../pg/sqlstate.js';
+import { withClient, withPooledClient } from '../../pg/pg_clients.js';
+import { sqlstateOf } from '../../pg/sqlstate.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import {
   LOGIN_ATTRIBUTES,

@@ -4,7 +4,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
 import { AgentProcess } from '../../helpers/agent_process.js';
 import { freePort } from '../../helpers/free_port.js';
 import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { createDatatables } from '../../../src/index.js';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
 import { createTestDatabase, uniquePrefix } from '../../helpers/pg.js';
 import { KINDS, propagationScene } from '../../helpers/propagation.js';
 import { startRedisCluster } from '../../helpers/redis_cluster.js';

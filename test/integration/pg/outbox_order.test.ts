@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { OUTBOX_PAGE, Outbox } from '../../../src/server/outbox.js';
-import { migrateServer, SERVER_SCHEMA } from '../../../src/server/server_migrations.js';
+import { migrateServer, SERVER_SCHEMA } from '../../../src/server/process/server_migrations.js';
+import { OUTBOX_PAGE, Outbox } from '../../../src/server/recipients/outbox.js';
 import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
 
 // A recipient's outbox page is newest delivery first: by delivery time, not by id (ids of a

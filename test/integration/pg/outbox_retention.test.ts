@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readConfig } from '../../../src/server/config.js';
-import { DEFAULT_OUTBOX_RETENTION_MS, Outbox } from '../../../src/server/outbox.js';
-import { migrateServer, SERVER_SCHEMA } from '../../../src/server/server_migrations.js';
+import { DEFAULT_OUTBOX_RETENTION_MS, readConfig } from '../../../src/server/process/config.js';
+import { migrateServer, SERVER_SCHEMA } from '../../../src/server/process/server_migrations.js';
+import { Outbox } from '../../../src/server/recipients/outbox.js';
 import { createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
 
 // Per-recipient deliveries are kept for a retention (VIEWER_CACHE_OUTBOX_RETENTION_MS, the

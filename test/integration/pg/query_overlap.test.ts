@@ -5,9 +5,9 @@ import {
   type LoginEvents,
   RoleSetProtocol,
 } from '../../../src/datatable/logins/role_set_protocol.js';
-import { GuardedClient, queryInTurn } from '../../../src/datatable/pg/pg_clients.js';
 import { TypedEmitter } from '../../../src/events.js';
 import { createExecutor } from '../../../src/index.js';
+import { GuardedClient, queryInTurn } from '../../../src/pg/pg_clients.js';
 import {
   app,
   type OrdersDb,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
 import { asRun, pollUntil, type RunAnswer } from '../../helpers/server_process.js';

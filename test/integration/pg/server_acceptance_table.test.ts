@@ -3,7 +3,7 @@ import type { JWK } from 'jose';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDatatables, signEmbedAssertion } from '../../../src/index.js';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
 import {
@@ -16,7 +16,7 @@ import { type Answer, asRun, pollUntil, type RunAnswer } from '../../helpers/ser
 
 // The table "What each viewer sees" of the row-level-security guide
 // (seeds/textql-row-level-security.md), run row by row through the reference server's HTTP API
-// against the second demo app (src/server/demo_clinics.ts): patients with their provider and
+// against the second demo app (src/server/demo/demo_clinics.ts): patients with their provider and
 // health system, an entitlements table keyed by email, clinics. Postgres is the judge: the
 // policies read the run's viewer with viewer_cache.viewer_email(). Every row is checked again on
 // a cache hit, and the guide's two revocations on the viewer's next run. The guide's rules are

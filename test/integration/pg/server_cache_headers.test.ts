@@ -5,20 +5,20 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { signEmbedAssertion } from '../../../src/index.js';
-import { buildHttpApp, type HttpDeps } from '../../../src/server/http.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
+import { buildHttpApp, type HttpDeps } from '../../../src/server/http/http.js';
 import {
   CACHE_HEADERS,
   type DeclaredRoute,
   declaredRoutes,
   type RouteCaching,
-} from '../../../src/server/http_caching.js';
-import { demoToken } from '../../../src/server/tokens.js';
+} from '../../../src/server/http/http_caching.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
 import { type Answer, httpRequest, type RequestOptions } from '../../helpers/server_process.js';
 
 // No shared cache downstream may keep a viewer's answer (SPEC's CDN leak class). Every route of
-// the reference server declares what a cache may keep (src/server/http_caching.ts); this file
+// the reference server declares what a cache may keep (src/server/http/http_caching.ts); this file
 // takes the list of routes from the route table itself (a route added later without a decision
 // does not even register, and one without a case below fails here), and sends each of them
 // answers of every kind — success, 401, 403, 404, 400 — to a real server, checking the headers:

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CLINIC_USERS } from '../../../src/server/demo_clinics.js';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
+import { CLINIC_USERS } from '../../../src/server/demo/demo_clinics.js';
 import { uniquePrefix } from '../../helpers/pg.js';
 import { E2eServer } from '../../helpers/server_e2e.js';
 import {

@@ -5,7 +5,7 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoToken } from '../../../src/server/tokens.js';
+import { demoToken } from '../../../src/server/credentials/tokens.js';
 import { freePort } from '../../helpers/free_port.js';
 import { asAdmin, createTestDatabase, type TestDatabase, uniquePrefix } from '../../helpers/pg.js';
 import {

@@ -2,8 +2,11 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { migrateCatalog } from '../../../src/datatable/catalog/migrations.js';
-import { LATEST_SERVER_VERSION, migrateServer } from '../../../src/server/server_migrations.js';
-import { ApiTokens } from '../../../src/server/tokens.js';
+import { ApiTokens } from '../../../src/server/credentials/tokens.js';
+import {
+  LATEST_SERVER_VERSION,
+  migrateServer,
+} from '../../../src/server/process/server_migrations.js';
 import { adminUrlFor, asAdmin, uniquePrefix } from '../../helpers/pg.js';
 
 // The reference server owns its schema (`viewer_cache_server`); the library's catalog no longer

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { embeddedBinariesFolder } from '../../../src/server/postgres_user_access.js';
+import { embeddedBinariesFolder } from '../../../src/server/process/postgres_user_access.js';
 import { freePort } from '../../helpers/free_port.js';
 import {
   asRun,

@@ -33,7 +33,7 @@
  * In a policy, call them as a scalar subquery — `provider_email = (select
  * viewer_cache.viewer_email())` — so Postgres evaluates them once per query, not once per row.
  */
-import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from '../../pg/sqlstate.js';
+import { NO_ATTRIBUTE, NO_EMAIL, NO_IDENTITY } from '../../../pg/sqlstate.js';
 
 /** The session settings that carry a binding (see ViewerIdentities.binding). */
 export const SETTING = {

@@ -1,0 +1,129 @@
+import {
+  AGENT_PROTOCOL_VERSION,
+  accessToRoleName,
+  type CopyBound,
+  type DatatableConnector,
+  type DatatableLease,
+  type DatatableQueryResult,
+  type Job,
+  JobTokenInvalidError,
+} from '../../index.js';
+import { AGENT_PROTOCOL_HEADER, failureOf, JOB_TOKEN_HEADER } from './agent_protocol.js';
+
+export interface ProxyClientOptions {
+  /** The server's base URL (`VIEWER_CACHE_SERVER_URL`). */
+  readonly serverUrl: URL;
+  /** The agent's token (`VIEWER_CACHE_AGENT_TOKEN`). */
+  readonly agentToken: string;
+  /** The token the server issued with the job (or its parent's, for a child run here). */
+  readonly jobTokenOf: (job: Job) => string | undefined;
+}
+
+/**
+ * A {@link DatatableConnector} for an agent worker: every statement goes to the server's query
+ * proxy with the job's token and the request spelt as a role name (`DATATABLE_VIEWER_ROLE` for
+ * the viewer), and the server runs it as the job's recorded viewer. The runnable gets the same
+ * `client.query(text, values)` as in process; nothing here holds a login, a password or a
+ * connection string, and there is nothing to release (the server leases per statement).
+ */
+export function createProxyConnector(options: ProxyClientOptions): DatatableConnector {
+  const url = new URL('/api/agent/query', options.serverUrl);
+  const holdsUrl = new URL('/api/agent/holds', options.serverUrl);
+  const post = async (target: URL, jobToken: string, body: unknown) => {
+    const response = await fetch(target, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${options.agentToken}`,
+        [AGENT_PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
+        [JOB_TOKEN_HEADER]: jobToken,
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify(body),
+    });
+    const parsed = (await response.json().catch(() => null)) as
+      | ({ error?: { code?: string; message?: string } } & Record<string, unknown>)
+      | null;
+    if (!response.ok || parsed === null || parsed.error !== undefined) {
+      throw failureOf(
+        parsed?.error?.code ?? 'E_EXECUTOR_FAILED',
+        parsed?.error?.message ?? `the query proxy answered ${response.status}`,
+      );
+    }
+    return parsed;
+  };
+  return {
+    // The server's proxy bounds and resets every statement it runs for us.
+    proxied: true,
+    async viewerHolds(job, datatable, role) {
+      const jobToken = options.jobTokenOf(job);
+      if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');
+      return (await post(holdsUrl, jobToken, { datatable, role }))['holds'] === true;
+    },
+    async connect(job, ref): Promise<DatatableLease> {
+      const jobToken = options.jobTokenOf(job);
+      if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');
+      const reference = { datatable: ref.name, role: accessToRoleName(ref.access) };
+      const ask = async (
+        text: string,
+        values: readonly unknown[] | undefined,
+        copy: CopyBound | undefined,
+      ): Promise<DatatableQueryResult> => {
+        const response = await fetch(url, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${options.agentToken}`,
+            [AGENT_PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
+            [JOB_TOKEN_HEADER]: jobToken,
+            'content-type': 'application/json',
+          },
+          body: JSON.stringify({
+            reference,
+            sql: text,
+            params: values ?? [],
+            ...(copy === undefined ? {} : { copy }),
+          }),
+        });
+        const body = (await response.json().catch(() => null)) as
+          | (DatatableQueryResult & {
+              error?: { code?: string; message?: string; sqlstate?: string };
+            })
+          | null;
+        if (!response.ok || body === null || !Array.isArray(body.rows)) {
+          const error = body?.error;
+          if (error?.code === 'E_QUERY_FAILED' && typeof error.sqlstate === 'string')
+            throw new StatementFailedError(error.message ?? 'the statement failed', error.sqlstate);
+          throw failureOf(
+            error?.code ?? 'E_EXECUTOR_FAILED',
+            error?.message ?? `the query proxy answered ${response.status}`,
+          );
+        }
+        return { rows: body.rows, rowCount: body.rowCount ?? null };
+      };
+      const query = (text: string, values?: readonly unknown[]) => ask(text, values, undefined);
+      const client = Object.freeze({
+        query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
+          query(text, values) as Promise<DatatableQueryResult<Row>>,
+      });
+      // A DuckDB copy asks the proxy for its own bound (duckdb.maxRows / maxBytes) instead of
+      // the per-statement 10 000 rows, so that it is bounded here as in process.
+      const copy = (text: string, values: readonly unknown[], bound: CopyBound) =>
+        ask(text, values, bound);
+      return { client, query, copy, release: async () => {} };
+    },
+  };
+}
+
+/**
+ * A statement Postgres refused on the server, in the shape pg gives it in process (`code` is the
+ * SQLSTATE, `severity` set), so a runnable's `catch` reads the same on an agent.
+ */
+class StatementFailedError extends Error {
+  readonly severity = 'ERROR';
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+    this.name = 'error';
+  }
+}

@@ -1,0 +1,279 @@
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  FastifyRequest,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import {
+  AGENT_PROTOCOL_VERSION,
+  AgentProtocolError,
+  type CopyBound,
+  type DatatableConnector,
+  type ProxiedReference,
+  type RawQueryProxyLimits,
+  runProxiedQuery,
+  runProxiedRoleCheck,
+  ViewerCacheError,
+} from '../../index.js';
+import type { AgentDispatch } from '../agents/agent_dispatch.js';
+import {
+  AGENT_PROTOCOL_HEADER,
+  AGENT_RESULT_LIMIT_BYTES,
+  type AgentOutcome,
+  JOB_TOKEN_HEADER,
+  MAX_TAKE_WAIT_MS,
+} from '../agents/agent_protocol.js';
+import type { AgentIdentity, AgentTokens } from '../credentials/agent_tokens.js';
+import { HttpError } from './http_errors.js';
+
+export interface AgentRouteDeps {
+  readonly agentTokens: AgentTokens;
+  readonly dispatch: AgentDispatch;
+  /** Where proxied statements get their connections (the server's data tables). */
+  readonly datatables: DatatableConnector;
+  readonly proxyLimits?: RawQueryProxyLimits;
+  /**
+   * Largest finish request (a job's result), bytes. Agents are checked before their body is
+   * read, so only an agent holding a valid token can send this much. @default 16 MiB
+   */
+  readonly resultLimitBytes?: number;
+}
+
+const takeBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { waitMs: { type: 'integer', minimum: 0, maximum: MAX_TAKE_WAIT_MS } },
+} as const;
+const finishParams = {
+  type: 'object',
+  required: ['id'],
+  additionalProperties: false,
+  properties: { id: { type: 'string', minLength: 1, maxLength: 128 } },
+} as const;
+const finishBody = {
+  type: 'object',
+  required: ['ok'],
+  additionalProperties: false,
+  properties: {
+    ok: { type: 'boolean' },
+    value: {},
+    code: { type: 'string', minLength: 1, maxLength: 64 },
+    message: { type: 'string', maxLength: 2000 },
+  },
+} as const;
+const queryBody = {
+  type: 'object',
+  required: ['reference', 'sql'],
+  additionalProperties: false,
+  properties: {
+    reference: {
+      type: 'object',
+      required: ['datatable', 'role'],
+      additionalProperties: false,
+      properties: {
+        datatable: { type: 'string', minLength: 1, maxLength: 63 },
+        role: { type: ['string', 'null'], maxLength: 1024 },
+      },
+    },
+    sql: { type: 'string', maxLength: 1 << 20 },
+    params: { type: 'array', maxItems: 10_000 },
+    // A DuckDB copy's bound (runProxiedQuery caps it at the proxy's copy maximum).
+    copy: {
+      type: 'object',
+      required: ['maxRows', 'maxBytes'],
+      additionalProperties: false,
+      properties: {
+        maxRows: { type: 'integer', minimum: 0 },
+        maxBytes: { type: 'integer', minimum: 0 },
+      },
+    },
+  },
+} as const;
+
+const holdsBody = {
+  type: 'object',
+  required: ['datatable', 'role'],
+  additionalProperties: false,
+  properties: {
+    datatable: { type: 'string', minLength: 1, maxLength: 63 },
+    role: { type: 'string', minLength: 1, maxLength: 63 },
+  },
+} as const;
+
+/**
+ * The agent workers' API: take a job, finish it, and the query proxy. Every request carries
+ * the agent protocol version (an agent without it is refused with 426 E_AGENT_PROTOCOL before
+ * anything else is read) and an agent token (`Authorization: Bearer vca_…`), which names a
+ * worker group of one workspace. A query also carries the job's token, which only the agent
+ * holding that running job can use.
+ *
+ * - `POST /api/agent/jobs/take` `{ waitMs? }` — long-poll: 200 `{ job, jobToken }`, or 204.
+ * - `POST /api/agent/jobs/:id/beat` — the agent still works on it (every `beatMs` the take
+ *   answered with, when it did: a queued job's lock is renewed by beats).
+ * - `POST /api/agent/jobs/:id/finish` `{ ok: true, value }` | `{ ok: false, code, message }`.
+ * - `POST /api/agent/query` `{ reference: { datatable, role }, sql, params? }` — rows, as the
+ *   job's recorded viewer (see runProxiedQuery).
+ * - `POST /api/agent/holds` `{ datatable, role }` — `{ holds }`: `ctx.hasRole` for the job.
+ */
+export function registerAgentRoutes(
+  app: FastifyInstance<
+    RawServerDefault,
+    RawRequestDefaultExpression,
+    RawReplyDefaultExpression,
+    FastifyBaseLogger
+  >,
+  deps: AgentRouteDeps,
+): void {
+  const { agentTokens, dispatch } = deps;
+  const config = { caching: 'per-caller' } as const;
+  const agents = new WeakMap<FastifyRequest, AgentIdentity>();
+
+  // Before the body is read: an old agent is told to upgrade whatever it sent, and nobody without
+  // a valid agent token gets a large body read (the finish route takes a job's whole result).
+  const onRequest = async (request: FastifyRequest) => {
+    if (request.headers[AGENT_PROTOCOL_HEADER] !== String(AGENT_PROTOCOL_VERSION)) {
+      throw new AgentProtocolError();
+    }
+    const header = request.headers.authorization;
+    const token =
+      typeof header === 'string' && header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+    const agent = token === '' ? null : await agentTokens.verify(token);
+    if (agent === null) {
+      throw new HttpError(401, 'E_UNAUTHENTICATED', 'a valid agent token is required');
+    }
+    agents.set(request, agent);
+  };
+  const agentOf = (request: FastifyRequest) => agents.get(request)!;
+
+  app.post<{ Body: { waitMs?: number } }>(
+    '/api/agent/jobs/take',
+    { schema: { body: takeBody }, config, onRequest },
+    async (request, reply) => {
+      const abort = new AbortController();
+      // The agent hung up (stopping, or its connection dropped): stop waiting on its behalf.
+      reply.raw.once('close', () => abort.abort());
+      const taken = await dispatch.take(agentOf(request), request.body.waitMs ?? 0, abort.signal);
+      if (taken === null) return reply.status(204).send();
+      const { job, jobToken, beatMs } = taken;
+      return reply.send({
+        job: {
+          id: job.id,
+          workspace: job.workspace,
+          runnable: job.runnable,
+          args: job.args,
+          // What `ctx` shows the runnable, as in process; never read back from the agent.
+          perms: { email: job.perms.email, endUserEmail: job.perms.endUserEmail },
+          ...(job.cacheTtlS === undefined ? {} : { cacheTtlS: job.cacheTtlS }),
+        },
+        jobToken,
+        ...(beatMs === undefined ? {} : { beatMs }),
+      });
+    },
+  );
+
+  app.post<{ Params: { id: string } }>(
+    '/api/agent/jobs/:id/beat',
+    { schema: { params: finishParams }, config, onRequest },
+    async (request, reply) => {
+      if (!dispatch.beat(agentOf(request), request.params.id)) {
+        throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
+      }
+      return reply.status(204).send();
+    },
+  );
+
+  app.post<{
+    Params: { id: string };
+    Body: { ok: boolean; value?: unknown; code?: string; message?: string };
+  }>(
+    '/api/agent/jobs/:id/finish',
+    {
+      schema: { params: finishParams, body: finishBody },
+      config,
+      onRequest,
+      bodyLimit: deps.resultLimitBytes ?? AGENT_RESULT_LIMIT_BYTES,
+    },
+    async (request, reply) => {
+      const { ok, value, code, message } = request.body;
+      const outcome: AgentOutcome = ok
+        ? { ok: true, value: value ?? null }
+        : { ok: false, code: code ?? 'E_EXECUTOR_FAILED', message: message ?? '' };
+      if (!dispatch.finish(agentOf(request), request.params.id, outcome)) {
+        throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
+      }
+      return reply.status(204).send();
+    },
+  );
+
+  app.post<{
+    Body: { reference: ProxiedReference; sql: string; params?: unknown[]; copy?: CopyBound };
+  }>(
+    '/api/agent/query',
+    { schema: { body: queryBody }, config, onRequest },
+    async (request, reply) => {
+      const agent = agentOf(request);
+      const jobToken = request.headers[JOB_TOKEN_HEADER];
+      const result = await runProxiedQuery(
+        {
+          protocol: AGENT_PROTOCOL_VERSION,
+          jobToken: typeof jobToken === 'string' ? jobToken : '',
+          reference: request.body.reference,
+          sql: request.body.sql,
+          params: request.body.params ?? [],
+          ...(request.body.copy === undefined ? {} : { copy: request.body.copy }),
+        },
+        {
+          jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
+          connector: deps.datatables,
+          ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
+        },
+      ).catch((err: unknown) => {
+        const failed = statementFailure(err);
+        if (failed === null) throw err;
+        return failed;
+      });
+      if ('error' in result) return reply.status(400).send(result);
+      return reply.type('application/json').send(result.json);
+    },
+  );
+
+  app.post<{ Body: { datatable: string; role: string } }>(
+    '/api/agent/holds',
+    { schema: { body: holdsBody }, config, onRequest },
+    async (request) => {
+      const agent = agentOf(request);
+      const jobToken = request.headers[JOB_TOKEN_HEADER];
+      const holds = await runProxiedRoleCheck(
+        {
+          protocol: AGENT_PROTOCOL_VERSION,
+          jobToken: typeof jobToken === 'string' ? jobToken : '',
+          datatable: request.body.datatable,
+          role: request.body.role,
+        },
+        {
+          jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
+          connector: deps.datatables,
+        },
+      );
+      return { holds };
+    },
+  );
+}
+
+/**
+ * A statement Postgres itself refused (a pg DatabaseError: a SQLSTATE and a severity), answered
+ * as `E_QUERY_FAILED` with its SQLSTATE and message, so the runnable on the agent sees what it
+ * would see in process (`err.code === '42501'`). The agent runs the job and sees its data; the
+ * message is Postgres's about that statement. Null for anything else (our refusals, faults).
+ */
+function statementFailure(
+  err: unknown,
+): { error: { code: 'E_QUERY_FAILED'; message: string; sqlstate: string } } | null {
+  if (!(err instanceof Error) || err instanceof ViewerCacheError || !('severity' in err))
+    return null;
+  const sqlstate = (err as { code?: unknown }).code;
+  if (typeof sqlstate !== 'string' || !/^[0-9A-Z]{5}$/.test(sqlstate)) return null;
+  return { error: { code: 'E_QUERY_FAILED', message: err.message, sqlstate } };
+}

@@ -1,0 +1,257 @@
+import { resolve } from 'node:path';
+
+/** How long a per-recipient delivery is kept, by default: 7 days. */
+export const DEFAULT_OUTBOX_RETENTION_MS = 7 * 86_400_000;
+
+/** Everything the reference server and CLI read from the environment, resolved once. */
+export interface ServerConfig {
+  /** Catalog + data-table cluster; null = embedded PostgreSQL under `dataDir`. */
+  readonly databaseUrl: string | null;
+  /**
+   * A direct connection for this process's one LISTEN client, when `databaseUrl` goes through a
+   * transaction-mode pooler (where LISTEN does not work); null = `databaseUrl`.
+   */
+  readonly listenUrl: string | null;
+  /** Redis (comma-separated nodes = Cluster); null = in-process cache. */
+  readonly redisUrl: string | null;
+  readonly redisCluster: boolean;
+  /** Prefix of every cache key in Redis, so several servers can share one Redis. */
+  readonly redisPrefix: string;
+  /** Longest a Redis command may take before the run goes uncached (ms). */
+  readonly redisTimeoutMs: number;
+  /**
+   * With Redis: bytes of recent entries each process keeps in memory in front of it (0 = none,
+   * Redis only, and no invalidation).
+   */
+  readonly memoryTierBytes: number;
+  readonly host: string;
+  readonly port: number;
+  /** Project-local folder for embedded Postgres data, the generated secret key, … */
+  readonly dataDir: string;
+  /** Port of the embedded PostgreSQL. */
+  readonly embeddedPgPort: number;
+  /** From VIEWER_CACHE_SECRET_KEY, else generated once into `dataDir`. */
+  readonly secretKey: string | null;
+  readonly logLevel: string;
+  /**
+   * One access line per request (`VIEWER_CACHE_ACCESS_LOG=on|off`, default on): off for
+   * deployments whose proxy already logs requests. /metrics counts requests either way.
+   */
+  readonly accessLog: boolean;
+  /** Pretty logs (a TTY), else JSON lines. */
+  readonly prettyLogs: boolean;
+  /**
+   * Seed the demo workspace (roles, rows, users' tokens) on start: VIEWER_CACHE_DEMO=true, or by
+   * default on the embedded PostgreSQL only; never into a database you named unless asked.
+   */
+  readonly seedDemo: boolean;
+  /**
+   * The apps module the server serves (`serve --apps PATH`, VIEWER_CACHE_APPS), as an absolute
+   * path; null = the demo's apps when the demo is seeded, else none.
+   */
+  readonly appsPath: string | null;
+  /** Prefix of the demo's role names (roles are cluster-wide: lets several demos share one). */
+  readonly demoRolePrefix: string;
+  /** Largest request body accepted (bytes); a larger one is `413 E_PAYLOAD_TOO_LARGE`. */
+  readonly bodyLimitBytes: number;
+  /** Largest job result an agent worker may send back (bytes): its finish request's body. */
+  readonly agentResultLimitBytes: number;
+  /** Longest a client may take to send a whole request, headers and body (ms). */
+  readonly requestTimeoutMs: number;
+  /** Open HTTP connections, all clients together. */
+  readonly maxConnections: number;
+  /** Open HTTP connections from one client address (behind a proxy: the proxy's). */
+  readonly maxConnectionsPerClient: number;
+  /** How often the demo schedule runs. */
+  readonly scheduleEveryMs: number;
+  /** How long a per-recipient delivery is kept in the outbox (ms). */
+  readonly outboxRetentionMs: number;
+  /**
+   * Where misses run: `in-process` (in the server), `queue` (on `viewer-cache worker` processes,
+   * through BullMQ), or `agent` (on agent workers, which take them through the HTTP API:
+   * `viewer-cache worker --agent`).
+   */
+  readonly execution: 'in-process' | 'queue' | 'agent';
+  /** With `execution: 'agent'`: the worker group whose agents run this server's jobs. */
+  readonly agentGroup: string;
+  /** With the queue: longest a server waits for a worker to finish a job (ms). */
+  readonly queueWaitMs: number;
+  /**
+   * In queue mode, how long a job an agent took from the queue stays locked without a beat
+   * from that agent (VIEWER_CACHE_WORKER_LOCK_MS, as a worker's lock): then it goes back to the
+   * queue once, or fails E_QUEUE_WORKER_LOST. @default 30000
+   */
+  readonly agentLockMs: number;
+  /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
+  readonly queuePrefix: string;
+  /** The server's URL as workers reach it (their runnables' job-token child runs). */
+  readonly serverUrl: string | null;
+}
+
+export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const port = integer(env['PORT'] ?? '3000', 'PORT', 0, 65535);
+  const redisUrl = env['REDIS_URL'] || null;
+  return {
+    databaseUrl: env['DATABASE_URL'] || null,
+    listenUrl: env['VIEWER_CACHE_LISTEN_URL'] || null,
+    redisUrl,
+    redisCluster: env['REDIS_CLUSTER'] === 'true' || (redisUrl?.includes(',') ?? false),
+    redisPrefix: env['VIEWER_CACHE_REDIS_PREFIX'] || 'vc:',
+    redisTimeoutMs: integer(
+      env['VIEWER_CACHE_REDIS_TIMEOUT_MS'] ?? '200',
+      'VIEWER_CACHE_REDIS_TIMEOUT_MS',
+      1,
+      60_000,
+    ),
+    memoryTierBytes: integer(
+      env['VIEWER_CACHE_MEMORY_TIER_BYTES'] ?? String(64 << 20),
+      'VIEWER_CACHE_MEMORY_TIER_BYTES',
+      0,
+      Number.MAX_SAFE_INTEGER,
+    ),
+    host: env['HOST'] || '127.0.0.1',
+    port,
+    dataDir: resolve(env['VIEWER_CACHE_DATA_DIR'] || '.viewer-cache'),
+    embeddedPgPort: integer(
+      env['VIEWER_CACHE_PG_PORT'] ?? '54329',
+      'VIEWER_CACHE_PG_PORT',
+      1,
+      65535,
+    ),
+    secretKey: env['VIEWER_CACHE_SECRET_KEY'] || null,
+    logLevel: env['LOG_LEVEL'] || 'info',
+    accessLog: onOff(env['VIEWER_CACHE_ACCESS_LOG'], 'VIEWER_CACHE_ACCESS_LOG') ?? true,
+    prettyLogs:
+      env['LOG_FORMAT'] === 'pretty' ||
+      (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
+    seedDemo: seedDemo(env),
+    appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
+    demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
+    bodyLimitBytes: integer(
+      env['VIEWER_CACHE_BODY_LIMIT_BYTES'] ?? '65536',
+      'VIEWER_CACHE_BODY_LIMIT_BYTES',
+      1024,
+      64 << 20,
+    ),
+    agentResultLimitBytes: integer(
+      env['VIEWER_CACHE_AGENT_RESULT_LIMIT_BYTES'] ?? String(16 << 20),
+      'VIEWER_CACHE_AGENT_RESULT_LIMIT_BYTES',
+      1024,
+      256 << 20,
+    ),
+    requestTimeoutMs: integer(
+      env['VIEWER_CACHE_REQUEST_TIMEOUT_MS'] ?? '10000',
+      'VIEWER_CACHE_REQUEST_TIMEOUT_MS',
+      100,
+      600_000,
+    ),
+    maxConnections: integer(
+      env['VIEWER_CACHE_MAX_CONNECTIONS'] ?? '1000',
+      'VIEWER_CACHE_MAX_CONNECTIONS',
+      1,
+      1_000_000,
+    ),
+    maxConnectionsPerClient: integer(
+      env['VIEWER_CACHE_MAX_CONNECTIONS_PER_CLIENT'] ?? '100',
+      'VIEWER_CACHE_MAX_CONNECTIONS_PER_CLIENT',
+      1,
+      1_000_000,
+    ),
+    scheduleEveryMs: integer(
+      env['VIEWER_CACHE_SCHEDULE_MS'] ?? '60000',
+      'VIEWER_CACHE_SCHEDULE_MS',
+      1000,
+      86_400_000,
+    ),
+    outboxRetentionMs: integer(
+      env['VIEWER_CACHE_OUTBOX_RETENTION_MS'] ?? String(DEFAULT_OUTBOX_RETENTION_MS),
+      'VIEWER_CACHE_OUTBOX_RETENTION_MS',
+      1000,
+      10 * 365 * 86_400_000,
+    ),
+    execution: execution(env['VIEWER_CACHE_EXECUTION']),
+    agentGroup: agentGroup(env['VIEWER_CACHE_AGENT_GROUP'] || 'default'),
+    queueWaitMs: integer(
+      env['VIEWER_CACHE_QUEUE_WAIT_MS'] ?? '60000',
+      'VIEWER_CACHE_QUEUE_WAIT_MS',
+      100,
+      3_600_000,
+    ),
+    agentLockMs: integer(
+      env['VIEWER_CACHE_WORKER_LOCK_MS'] || '30000',
+      'VIEWER_CACHE_WORKER_LOCK_MS',
+      1000,
+      3_600_000,
+    ),
+    queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),
+    serverUrl: env['VIEWER_CACHE_SERVER_URL'] || null,
+  };
+}
+
+function agentGroup(raw: string): string {
+  if (/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) return raw;
+  throw new TypeError(
+    `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
+  );
+}
+
+function queuePrefix(raw: string | undefined): string {
+  if (raw === undefined || raw === '') return '{viewer-cache}';
+  // BullMQ's scripts touch several keys of a queue at once: on a Cluster they must share a slot.
+  if (!/^\{[A-Za-z0-9_.:-]{1,64}\}$/.test(raw)) {
+    throw new TypeError(
+      `VIEWER_CACHE_QUEUE_PREFIX must be a hash tag like {viewer-cache} (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return raw;
+}
+
+function execution(raw: string | undefined): ServerConfig['execution'] {
+  // `process` is the spelling the agent-workers work first used; both mean "here".
+  if (raw === undefined || raw === '' || raw === 'in-process' || raw === 'process')
+    return 'in-process';
+  if (raw === 'queue' || raw === 'agent') return raw;
+  throw new TypeError(
+    `VIEWER_CACHE_EXECUTION must be in-process, queue or agent (got ${JSON.stringify(raw)})`,
+  );
+}
+
+/**
+ * The demo is seeded when asked, or by default on the embedded PostgreSQL when no apps module is
+ * given. Your apps and the demo's are not served together: asking for both is refused.
+ */
+function seedDemo(env: NodeJS.ProcessEnv): boolean {
+  const asked = flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO');
+  if (asked === true && env['VIEWER_CACHE_APPS']) {
+    throw new TypeError(
+      'VIEWER_CACHE_APPS (--apps) and VIEWER_CACHE_DEMO (--demo) exclude each other: the server serves your apps or the demo',
+    );
+  }
+  return asked ?? (!env['DATABASE_URL'] && !env['VIEWER_CACHE_APPS']);
+}
+
+/** `true`/`false`, or undefined when unset; anything else is refused, naming the variable. */
+function flag(raw: string | undefined, name: string): boolean | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new TypeError(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+}
+
+/** `on`/`off`, or undefined when unset; anything else is refused, naming the variable. */
+function onOff(raw: string | undefined, name: string): boolean | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'on') return true;
+  if (raw === 'off') return false;
+  throw new TypeError(`${name} must be on or off (got ${JSON.stringify(raw)})`);
+}
+
+function integer(raw: string, name: string, min: number, max: number): number {
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new TypeError(
+      `${name} must be an integer between ${min} and ${max} (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return value;
+}

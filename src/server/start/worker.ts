@@ -1,0 +1,183 @@
+import { createServer, type Server } from 'node:http';
+import pg from 'pg';
+import { Counter, Histogram } from 'prom-client';
+import {
+  createDatatables,
+  createExecutor,
+  createQueueWorker,
+  InvalidJobError,
+  type Logger,
+  migrateQueue,
+  type QueueWorker,
+  SharedJobTokens,
+  WORKSPACE_RE,
+  withResultCache,
+} from '../../index.js';
+import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
+import type { ServerConfig } from '../process/config.js';
+import { loadSecretKey, openCacheStore, openQueueRedis } from '../process/connections.js';
+import { createMetrics } from '../process/metrics.js';
+
+export interface WorkerCommandOptions {
+  /** Jobs run at once. @default 1 */
+  concurrency: number;
+  /** A port serving `/healthz` and `/metrics` (0: an ephemeral one; absent: none). */
+  port?: number;
+  /** How long a job's lock lives: a dead worker's job returns to the queue after about this. */
+  lockMs?: number;
+}
+
+export interface RunningWorker {
+  readonly worker: QueueWorker;
+  /** The liveness and metrics URL, when a port was asked for. */
+  readonly url: string | null;
+  /** Stops taking jobs, lets the running ones finish, then closes everything. */
+  close(): Promise<void>;
+}
+
+/**
+ * A queue worker process (`viewer-cache worker`): the same configuration as `serve` — its
+ * database, Redis and secret key, the same apps — and no HTTP API. It runs each job with the
+ * viewer its record names, through a result cache identical to the server's, so the entry it
+ * writes is the one the server (and every other worker) looks up.
+ */
+export async function startWorker(
+  config: ServerConfig,
+  logger: Logger,
+  options: WorkerCommandOptions,
+): Promise<RunningWorker> {
+  if (config.databaseUrl === null) {
+    throw new TypeError('a worker needs DATABASE_URL: the database the servers use');
+  }
+  if (config.secretKey === null) {
+    throw new TypeError(
+      'a worker needs VIEWER_CACHE_SECRET_KEY: the servers’ secret (queue messages and entries are sealed under it)',
+    );
+  }
+  const cleanup: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const step of cleanup.reverse()) await step().catch(() => {});
+  };
+  try {
+    const secretKey = await loadSecretKey(config);
+    const queueRedis = openQueueRedis(config, logger);
+    cleanup.push(() => queueRedis.quit());
+    const datatables = await createDatatables({
+      connection: config.databaseUrl,
+      listenConnection: {
+        connectionString: config.listenUrl ?? config.databaseUrl,
+        application_name: `viewer-cache-worker-listener ${process.pid}`,
+      },
+      secretKey,
+      logger,
+    });
+    cleanup.push(() => datatables.close());
+    const pool = new pg.Pool({
+      connectionString: config.databaseUrl,
+      max: 4,
+      application_name: 'viewer-cache-worker',
+    });
+    pool.on('error', (err) => logger.warn({ err: err.message }, 'worker database connection lost'));
+    cleanup.push(() => pool.end());
+    await migrateQueue(pool);
+    const { store } = await openCacheStore(config, logger, cleanup);
+
+    // A runnable's job-token child run goes to the server (VIEWER_CACHE_SERVER_URL), from
+    // parts validated here, as on the server.
+    const childRunUrl = (workspace: string) => {
+      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
+      if (config.serverUrl === null)
+        throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
+      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
+    };
+    // The same apps as the servers: your module, or the demo's.
+    const appsSource = config.appsPath ?? (config.seedDemo ? DEMO_APPS : null);
+    if (appsSource === null)
+      throw new TypeError(
+        'a worker runs the servers’ apps: give --apps PATH (VIEWER_CACHE_APPS) or --demo',
+      );
+    const world = await loadApps(appsSource, { childRunUrl, env: process.env });
+    const jobTokens = new SharedJobTokens({ pool, logger });
+    const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
+    // The same cache as the servers': same store, fingerprint and seal, so the same keys.
+    // Tracked: the worker runs the job, so it is the one that learns what a runnable version
+    // depends on (SPEC invariant 17). The grown set is written to the shared learned sets
+    // (Postgres, announced on viewer_cache_learned) before the result is stored under it, and
+    // the servers read that set before keying, exactly as two in-process servers share them: a
+    // server keys a run on the fingerprint over the stored set, the one the entry is under.
+    const cache = withResultCache(executor, {
+      store,
+      fingerprint: datatables.fingerprint,
+      logger,
+      seal: { secretKey },
+    });
+    const metrics = createMetrics(cache, datatables);
+    const jobs = new Counter({
+      name: 'viewer_cache_worker_jobs_total',
+      help: 'Jobs this worker finished, by outcome code',
+      labelNames: ['code'],
+      registers: [metrics.registry],
+    });
+    const seconds = new Histogram({
+      name: 'viewer_cache_worker_job_seconds',
+      help: 'Time from taking a job to answering it',
+      labelNames: ['code'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [metrics.registry],
+    });
+    const worker = createQueueWorker({
+      executor: cache,
+      pool,
+      redis: queueRedis,
+      secretKey,
+      prefix: config.queuePrefix,
+      concurrency: options.concurrency,
+      ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
+      logger,
+      onFinished: ({ code, ms }) => {
+        jobs.inc({ code });
+        seconds.observe({ code }, ms / 1000);
+      },
+    });
+    // First out on close: stop taking jobs and finish the running ones before the rest goes.
+    cleanup.push(() => worker.close());
+    await worker.ready();
+
+    let url: string | null = null;
+    if (options.port !== undefined) {
+      const http: Server = createServer((request, response) => {
+        if (request.url === '/healthz') {
+          response.writeHead(200, { 'content-type': 'application/json' });
+          response.end(JSON.stringify({ ok: true, running: worker.running }));
+        } else if (request.url === '/metrics') {
+          metrics.registry.metrics().then(
+            (text) => {
+              response.writeHead(200, { 'content-type': metrics.registry.contentType });
+              response.end(text);
+            },
+            () => {
+              response.writeHead(500);
+              response.end();
+            },
+          );
+        } else {
+          response.writeHead(404);
+          response.end();
+        }
+      });
+      http.on('error', (err) => logger.warn({ err: err.message }, 'worker http error'));
+      await new Promise<void>((resolve) => http.listen(options.port, config.host, resolve));
+      const address = http.address();
+      url =
+        typeof address === 'object' && address !== null
+          ? `http://${config.host}:${address.port}`
+          : null;
+      cleanup.push(() => new Promise((resolve) => http.close(resolve)));
+    }
+    logger.info({ id: worker.id, concurrency: options.concurrency }, 'worker started');
+    return { worker, url, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
