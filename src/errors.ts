@@ -149,6 +149,7 @@ export const NoDefaultRoleError = defineError(
   'this data table has no default role; ask for ?as=viewer or ?role=NAME',
   403,
 );
+export type NoDefaultRoleError = InstanceType<typeof NoDefaultRoleError>;
 /** The data table named in a reference is not in the catalog. */
 export const UnknownDatatableError = defineError(
   'E_UNKNOWN_DATATABLE',
