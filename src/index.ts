@@ -153,7 +153,7 @@ export { redactIdentity } from './logger.js';
 export type { Migration, MigrationPlan } from './pg/migration_runner.js';
 export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
-export { unreachableReason } from './pg/sqlstate.js';
+export { isDataException, unreachableReason } from './pg/sqlstate.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,
