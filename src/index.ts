@@ -154,6 +154,7 @@ export type { Migration, MigrationPlan } from './pg/migration_runner.js';
 export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
 export { isDataException, unreachableReason } from './pg/sqlstate.js';
+export { withTransaction } from './pg/transaction.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,

@@ -2,6 +2,7 @@ import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type pg from 'pg';
 import type { Logger } from '../../logger.js';
 import { withPooledClient } from '../../pg/pg_clients.js';
+import { withTransaction } from '../../pg/transaction.js';
 import type { DependencySet } from './dependency.js';
 import * as sql from './sql/learned_sets.js';
 
@@ -74,8 +75,7 @@ export class LearnedSets {
   save(version: RunnableVersion, set: DependencySet): Promise<DependencySet> {
     return withPooledClient(this.#pool, async (client) => {
       const ids = [version.workspace, version.path, version.hash];
-      try {
-        await client.query('begin');
+      return withTransaction(client, async () => {
         const inserted = await client.query(sql.INSERT_LEARNED_IF_ABSENT, [
           ...ids,
           set.everything,
@@ -87,10 +87,7 @@ export class LearnedSets {
           const { rows } = await client.query<Row>(sql.LOCK_LEARNED, ids);
           const stored = this.#verified(version, rows[0]);
           merged = stored === null ? set : union(stored, set);
-          if (merged === stored) {
-            await client.query('commit');
-            return stored;
-          }
+          if (merged === stored) return stored;
           await client.query(sql.UPDATE_LEARNED, [
             ...ids,
             merged.everything,
@@ -101,12 +98,8 @@ export class LearnedSets {
         await client.query(sql.NOTIFY_LEARNED, [
           `${LearnedSets.digest(version)} ${merged.everything ? -1 : merged.members.length}`,
         ]);
-        await client.query('commit');
         return merged;
-      } catch (err) {
-        await client.query('rollback').catch(() => {});
-        throw err;
-      }
+      });
     });
   }
 

@@ -6,6 +6,7 @@ import {
   type RunContext,
   type RunnableDefinition,
   ViewerCacheError,
+  withTransaction,
 } from '../../index.js';
 import { type AppsContext, defineApps } from '../apps/apps.js';
 import type { ApiTokens } from '../credentials/tokens.js';
@@ -164,8 +165,7 @@ async function seedLocked(
   if (!existing.has(amer))
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
-  try {
-    await client.query('begin');
+  await withTransaction(client, async () => {
     await client.query('create schema if not exists demo');
     await client.query(
       `create table if not exists demo.orders (
@@ -192,11 +192,7 @@ async function seedLocked(
         `create policy ${name} on demo.orders for select using (region = ${pg.escapeLiteral(region)} and pg_has_role(current_user, ${pg.escapeLiteral(role)}, 'member'))`,
       );
     }
-    await client.query('commit');
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  }
+  });
 
   await seedClinics({
     datatables,

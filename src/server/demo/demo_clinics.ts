@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Datatables, RunnableDefinition } from '../../index.js';
+import { type Datatables, type RunnableDefinition, withTransaction } from '../../index.js';
 import { type AppDefinition, type AppsContext, defineApps } from '../apps/apps.js';
 import { clinicsPolyglotRunnables } from './demo_clinics_polyglot.js';
 import { DEMO_PUBLISHER, DEMO_WORKSPACE } from './demo_users.js';
@@ -161,12 +161,7 @@ export async function seedClinics(options: {
   client.on('error', () => {});
   await client.connect();
   try {
-    await client.query('begin');
-    await createDataset(client, roles, firstStart);
-    await client.query('commit');
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
+    await withTransaction(client, () => createDataset(client, roles, firstStart));
   } finally {
     await client.end();
   }
