@@ -12,7 +12,7 @@ import { DEMO_WORKSPACE, seedDemo } from '../demo/demo.js';
 import { buildHttpApp } from '../http/http.js';
 import type { ServerConfig } from '../process/config.js';
 import { createMetrics } from '../process/metrics.js';
-import { PollBackoff } from '../process/poll_backoff.js';
+import { BackoffPoller } from '../process/poll_backoff.js';
 import { Outbox } from '../recipients/outbox.js';
 import { PerRecipientRuns } from '../recipients/per_recipient_runs.js';
 import { openAssembly } from './assembly.js';
@@ -93,35 +93,18 @@ export async function startServer(
     // retention (at most every 10 minutes); reads skip expired rows between sweeps anyway.
     await outbox.sweep();
     // Backs off while Postgres does not answer: one warning per step, one info line after.
-    const sweeps = new PollBackoff(Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)));
-    let sweeper: NodeJS.Timeout | undefined;
-    let sweeping = true;
-    const sweepLater = () => {
-      if (!sweeping) return;
-      sweeper = setTimeout(() => {
-        outbox.sweep().then(
-          () => {
-            const failedPolls = sweeps.answered();
-            if (failedPolls > 0) logger.info({ failedPolls }, 'outbox sweep answering again');
-            sweepLater();
-          },
-          (err: { code?: unknown }) => {
-            sweeps.failed();
-            logger.warn(
-              { code: err.code, failedPolls: sweeps.failures, retryInMs: sweeps.delayMs },
-              'outbox sweep failed',
-            );
-            sweepLater();
-          },
-        );
-      }, sweeps.delayMs);
-      sweeper.unref();
-    };
-    sweepLater();
-    releases.push(async () => {
-      sweeping = false;
-      clearTimeout(sweeper);
+    const sweeper = new BackoffPoller({
+      periodMs: Math.max(1000, Math.min(config.outboxRetentionMs / 4, 600_000)),
+      poll: async () => void (await outbox.sweep()),
+      answeredAgain: (failedPolls) => logger.info({ failedPolls }, 'outbox sweep answering again'),
+      failed: (err, { failedPolls, retryInMs }) =>
+        logger.warn(
+          { code: (err as { code?: unknown }).code, failedPolls, retryInMs },
+          'outbox sweep failed',
+        ),
     });
+    await sweeper.start({ pollFirst: false });
+    releases.push(async () => sweeper.stop());
     const perRecipient = new PerRecipientRuns({
       executor,
       cache,
