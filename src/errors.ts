@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: the error catalogue is one table (class, code, default message,
+// status), read top to bottom as the errors reference; split by room, a code's neighbours and
+// the ErrorCode union would live in several files and drift.
 /**
  * Every condition a caller may need to branch on is one of these classes. Each carries a stable
  * `code` (static and on the instance), a message a user can act on, optional context fields and
@@ -346,7 +349,7 @@ export const DuckdbRefusedError = defineError(
   400,
 );
 export type DuckdbRefusedError = InstanceType<typeof DuckdbRefusedError>;
-// Jobs on agent workers (issue 20): the query proxy and the agent protocol.
+// Jobs on agent workers: the query proxy and the agent protocol.
 
 /** A job token no running job holds: forged, of a job that ended, or never issued. */
 export const JobTokenInvalidError = defineError(

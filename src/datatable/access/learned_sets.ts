@@ -15,7 +15,7 @@ export interface RunnableVersion {
 
 /**
  * Learned dependency sets shared by every process, in the catalog database (SPEC invariants 10
- * and 17; issue 24 §1). Each process used to learn on its own what a runnable version asks, so
+ * and 17). Each process used to learn on its own what a runnable version asks, so
  * a second viewer's entry written by one process was under a fingerprint another process, not
  * having learned it, did not compute: a miss per (process, version), after every deploy and
  * restart. Shared, every process computes the same fingerprint from its first request.

@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: one class, one method per admin command, each a few lines around
+// the shared #change/#commit (generation bump, NOTIFY, propagation wait); split by entity, each
+// part would need those private helpers made public.
 /*
  * datatable/admin/ — the catalog's admin commands (datatables.admin): data tables, roles,
  * tenants, memberships, governing tables. Each commits with a generation bump and NOTIFY. They

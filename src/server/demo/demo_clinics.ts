@@ -85,7 +85,7 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
         return rows;
       },
     },
-    // --- Python and DuckDB twins of patients and counts (issue 21) ---
+    // --- Python and DuckDB twins of patients and counts ---
     ...clinicsPolyglotRunnables(CLINICS_DATATABLE, roles),
     // --- end of the twins ---
   };
