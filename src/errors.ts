@@ -545,6 +545,17 @@ export const errors = {
 
 export type ErrorCode = keyof typeof errors;
 
+/**
+ * The error class of one of our codes, or undefined for anything else. The one code → class
+ * lookup: a code another process reported (a worker, an agent, a Python child, a child run) is
+ * data, checked here rather than used as a key (`constructor` is no error class).
+ */
+export function errorClassOf(code: unknown): (typeof errors)[ErrorCode] | undefined {
+  return typeof code === 'string' && Object.hasOwn(errors, code)
+    ? errors[code as ErrorCode]
+    : undefined;
+}
+
 /** Normalises anything thrown into an Error, so handlers and logs see one shape. */
 export function coerceError(thrown: unknown): Error {
   if (thrown instanceof Error) return thrown;

@@ -76,6 +76,7 @@ export {
   EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
+  errorClassOf,
   errors,
   InvalidationUnsupportedError,
   InvalidDataError,

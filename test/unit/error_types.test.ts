@@ -23,3 +23,14 @@ describe('the error classes', () => {
     expect(classes.filter((name) => !new RegExp(`\\b${name}\\b`).test(index))).toEqual([]);
   });
 });
+
+describe('errorClassOf', () => {
+  it('is the class of one of our codes, and nothing for any other value', async () => {
+    const { errorClassOf, errors, NoViewerError } = await import('../../src/index.js');
+    expect(errorClassOf('E_NO_VIEWER')).toBe(NoViewerError);
+    expect(Object.keys(errors).every((code) => errorClassOf(code)?.code === code)).toBe(true);
+    // A reported code is data: an inherited key or a stranger is no error class.
+    for (const code of ['constructor', 'toString', '__proto__', 'E_MADE_UP', 22, null])
+      expect(errorClassOf(code)).toBeUndefined();
+  });
+});

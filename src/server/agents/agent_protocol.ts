@@ -6,6 +6,7 @@
  */
 import {
   ExecutorFailedError,
+  errorClassOf,
   errors,
   isDataException,
   type Job,
@@ -51,8 +52,7 @@ export function failureOf(code: string, message: string): ViewerCacheError {
   // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
   if (isDataException(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
-  if (CODE_RE.test(code) && Object.hasOwn(errors, code)) {
-    return new errors[code as keyof typeof errors](text);
-  }
+  const Coded = CODE_RE.test(code) ? errorClassOf(code) : undefined;
+  if (Coded !== undefined) return new Coded(text);
   return new ExecutorFailedError(text);
 }

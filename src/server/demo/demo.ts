@@ -1,8 +1,7 @@
 import pg from 'pg';
 import {
   type Datatables,
-  type ErrorCode,
-  errors,
+  errorClassOf,
   type RunContext,
   type RunnableDefinition,
   ViewerCacheError,
@@ -103,8 +102,8 @@ export default defineApps(({ childRunUrl }: AppsContext) => {
  * known code is the parent's runnable failure.
  */
 function childFailure(status: number, code: unknown): Error {
-  if (typeof code === 'string' && Object.hasOwn(errors, code))
-    return new errors[code as ErrorCode]();
+  const Coded = errorClassOf(code);
+  if (Coded !== undefined) return new Coded();
   if (status >= 400 && status < 500) {
     const known = typeof code === 'string' && /^E_[A-Z_]{1,40}$/.test(code);
     return new ViewerCacheError('the child run was refused', {
