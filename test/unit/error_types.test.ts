@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { errorClassOf, errors, NoViewerError } from '../../src/index.js';
 
 // Each error class is a value and a type of the same name, so `catch (e) { if (e instanceof
 // X) … }` and `let e: X` both work for a user of the package.
@@ -25,8 +26,7 @@ describe('the error classes', () => {
 });
 
 describe('errorClassOf', () => {
-  it('is the class of one of our codes, and nothing for any other value', async () => {
-    const { errorClassOf, errors, NoViewerError } = await import('../../src/index.js');
+  it('is the class of one of our codes, and nothing for any other value', () => {
     expect(errorClassOf('E_NO_VIEWER')).toBe(NoViewerError);
     expect(Object.keys(errors).every((code) => errorClassOf(code)?.code === code)).toBe(true);
     // A reported code is data: an inherited key or a stranger is no error class.
