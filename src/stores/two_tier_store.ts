@@ -136,13 +136,9 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       void this.memory.delete(key);
       return;
     }
-    // A reply from Redis may be a view into a larger socket buffer: held as is, it would keep the
-    // whole buffer alive while counting only its own bytes. Keep a copy of exactly its bytes.
-    const own =
-      value.byteOffset === 0 && value.buffer.byteLength === value.byteLength
-        ? value
-        : Uint8Array.prototype.slice.call(value);
-    void this.memory.set(key, own, ttl, tag);
+    // A reply from Redis may be a view into a larger socket buffer: the memory store keeps a
+    // copy of exactly its bytes (`ownBytes`), never the view.
+    void this.memory.set(key, value, ttl, tag);
   }
 }
 
