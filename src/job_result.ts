@@ -1,3 +1,5 @@
+import { asBuffer } from './util/bytes.js';
+
 /** What a job produced. */
 export interface JobResult {
   /** The job that asked (on a hit: the current job, not the one that first computed it). */
@@ -58,11 +60,8 @@ export class StoredResult implements JobResult {
 
   get value(): unknown {
     if (!this.#parsed) {
-      this.#value = JSON.parse(
-        Buffer.from(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength).toString(
-          'utf8',
-        ),
-      );
+      // `toString()` with no argument is the Buffer's own UTF-8 slice: no view built per parse.
+      this.#value = JSON.parse(asBuffer(this.bytes).toString());
       this.#parsed = true;
     }
     return this.#value;

@@ -93,6 +93,11 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
     return this;
   }
 
+  /** The memory tier's entry under `key`, or `null` (see `CacheStore.getNow`). */
+  getNow(key: string): Uint8Array | null {
+    return this.memory.getNow(key);
+  }
+
   /** `tag` (see `CacheStore.get`) indexes what a memory miss keeps from Redis. */
   get(key: string, tag?: string): Promise<Uint8Array | null> {
     const local = this.memory.getNow(key);
