@@ -142,7 +142,7 @@ async function main(): Promise<void> {
   await keySet.close();
   process.stdout.write(`done (${elapsed(started)})`);
 
-  if (wanted(/^(value_hit|bento_memory_ref_value_hit)/)) {
+  if (wanted(/^(value_hit|result_cache_value_hit|bento_memory_ref_value_hit)/)) {
     process.stdout.write('\nvalue hits… ');
     const fx = sizeFixture(1024);
     const valueSet = await valueHit(fx);
