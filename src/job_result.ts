@@ -1,5 +1,3 @@
-import { asBuffer } from './util/bytes.js';
-
 /** What a job produced. */
 export interface JobResult {
   /** The job that asked (on a hit: the current job, not the one that first computed it). */
@@ -61,7 +59,13 @@ export class StoredResult implements JobResult {
   get value(): unknown {
     if (!this.#parsed) {
       // `toString()` with no argument is the Buffer's own UTF-8 slice: no view built per parse.
-      this.#value = JSON.parse(asBuffer(this.bytes).toString());
+      const { bytes } = this;
+      this.#value = JSON.parse(
+        (Buffer.isBuffer(bytes)
+          ? bytes
+          : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+        ).toString(),
+      );
       this.#parsed = true;
     }
     return this.#value;
