@@ -30,7 +30,7 @@ import {
   TTL_S,
   VIEWERS,
 } from './fixtures.js';
-import { BenchInvariantError, fmt, type Scenario } from './helpers.js';
+import { BenchInvariantError, fmt, markdownTable, type Scenario } from './helpers.js';
 import type { Row } from './report.js';
 
 export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
@@ -167,6 +167,27 @@ export function judgeValueHit(rows: Row[]): void {
       row.target = { text: `ops/s ${fmt(vs, 2)}× BentoCache ref (≥ 1×)`, met: vs >= 1 };
     }
   }
+}
+
+/** The value rows: ratio = p50 (one caller) or ops/s (concurrent) ÷ the floor's. */
+export function valueHitTable(rows: readonly Row[]): string {
+  return [
+    '**Hits returning the value, in process** (ratio = p50 ÷ `map_get_parse` p50 for one caller, ops/s ÷ its ops/s for many):',
+    '',
+    markdownTable(
+      ['payload', 'callers', 'scenario', 'ops/s', 'p50 µs', 'p99 µs', 'ratio', 'target'],
+      rows.map((r) => [
+        r.payload,
+        r.mode === 'single' ? '1' : r.mode.slice(1),
+        `\`${r.id}\` — ${r.label}`,
+        fmt(r.opsPerSec, 0),
+        fmt(r.p50Us, 2),
+        fmt(r.p99Us, 2),
+        fmt(r.ratio, 2),
+        r.target === undefined ? '' : `${r.target.met ? '✅' : '❌'} ${r.target.text}`,
+      ]),
+    ),
+  ].join('\n');
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
