@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import { fmt, markdownTable } from './helpers.js';
 
 const PROCESS = join(dirname(fileURLToPath(import.meta.url)), 'memory_entry_process.ts');
-/** Goals (issue "the memory store holds what it says"): ≤ 1.3 × lru-cache, counted ± 10 %. */
+/** Goals: ≤ 1.3 × lru-cache per entry; what the store counts within 10 % of what it holds. */
 const MAX_VS_LRU = 1.3;
 const COUNTED_TOLERANCE = 0.1;
 
