@@ -40,6 +40,7 @@ function recording(store: MemoryCacheStore): CacheStore {
   return {
     shared: false,
     get: (key) => store.get(key),
+    delete: (key) => store.delete(key),
     set: (key, value, ttlMs) => {
       keys.add(key);
       return store.set(key, value, ttlMs);
