@@ -5,11 +5,11 @@
  * nothing at all on its hit path (see src/tracing.ts for what a span may carry).
  */
 import { type Span, type Tracer, trace } from '@opentelemetry/api';
+import type { ResultCacheEvents, TypedEmitter } from '../events.js';
 import type { Job, RunOptions } from '../job.js';
 import type { JobResult } from '../job_result.js';
 import type { CacheStore } from '../stores/store.js';
 import { endWithError, inSpan } from '../tracing.js';
-import type { CachedExecutor } from './result_cache.js';
 
 /** What a run span's `viewer_cache.outcome` may say. */
 export type RunOutcome = 'hit' | 'miss' | 'coalesced' | 'bypass' | 'refused' | 'failed';
@@ -24,47 +24,50 @@ function mark(outcome: RunOutcome): () => void {
  * events, emitted inside the run (so under its span, the active one); a refusal (a 4xx code:
  * no viewer, no roles…) and a failure are told apart by the error's HTTP status.
  */
-export function traceRuns(cache: CachedExecutor, tracer: Tracer): CachedExecutor {
+export function traceRuns<C extends TracedRuns>(cache: C, tracer: Tracer): C {
   cache.events.on('cache:hit', mark('hit'));
   cache.events.on('cache:miss', mark('miss'));
   cache.events.on('cache:coalesced', mark('coalesced'));
   cache.events.on('cache:bypass', mark('bypass'));
-  return {
-    get stats() {
-      return cache.stats;
-    },
-    get inFlight() {
-      return cache.inFlight;
-    },
-    events: cache.events,
-    invalidate: (scope) => cache.invalidate(scope),
-    run(job: Job, options?: RunOptions): Promise<JobResult> {
-      return tracer.startActiveSpan(
-        'viewer_cache.run',
-        {
-          attributes: {
-            'viewer_cache.workspace': job.workspace,
-            'viewer_cache.runnable.path': job.runnable.path,
-          },
+  const run = (job: Job, options?: RunOptions): Promise<JobResult> =>
+    tracer.startActiveSpan(
+      'viewer_cache.run',
+      {
+        attributes: {
+          'viewer_cache.workspace': job.workspace,
+          'viewer_cache.runnable.path': job.runnable.path,
         },
-        (span: Span) =>
-          cache.run(job, options).then(
-            (result) => {
-              if (result.fromCache) span.setAttribute('viewer_cache.outcome', 'hit');
-              span.end();
-              return result;
-            },
-            (err: unknown) => {
-              const status = (err as { status?: unknown } | null)?.status;
-              const refused = typeof status === 'number' && status < 500;
-              span.setAttribute('viewer_cache.outcome', refused ? 'refused' : 'failed');
-              endWithError(span, err);
-              throw err;
-            },
-          ),
-      );
+      },
+      (span: Span) =>
+        cache.run(job, options).then(
+          (result) => {
+            if (result.fromCache) span.setAttribute('viewer_cache.outcome', 'hit');
+            span.end();
+            return result;
+          },
+          (err: unknown) => {
+            const status = (err as { status?: unknown } | null)?.status;
+            const refused = typeof status === 'number' && status < 500;
+            span.setAttribute('viewer_cache.outcome', refused ? 'refused' : 'failed');
+            endWithError(span, err);
+            throw err;
+          },
+        ),
+    );
+  return new Proxy(cache, {
+    get(target, property) {
+      if (property === 'run') return run;
+      // The target as receiver: the cache's accessors read its private (#) fields.
+      const value = Reflect.get(target, property);
+      return typeof value === 'function' ? value.bind(target) : value;
     },
-  };
+  });
+}
+
+/** What {@link traceRuns} needs of a cache: its runs, and the events that say their outcome. */
+export interface TracedRuns {
+  run(job: Job, options?: RunOptions): Promise<JobResult>;
+  readonly events: Pick<TypedEmitter<ResultCacheEvents>, 'on'>;
 }
 
 /** `store` with a span per read and write; its tiers' shared side likewise. Never a key. */
