@@ -24,6 +24,11 @@ import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { deferredChildLogger } from './http_logger.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
+import { traceRequests } from './http_tracing.js';
+
+/** How a run ended, as the run-latency histogram labels it. */
+export type RunOutcome = 'hit' | 'miss' | 'refused' | 'failed';
+
 import {
   ajvOptions,
   appParams,
@@ -62,8 +67,9 @@ export interface HttpDeps {
   embedVerifier?: EmbedVerifier;
   metrics: {
     registry: Registry;
-    observeRequest(route: string, status: number): void;
-    observeJob(outcome: string): void;
+    observeRequest(route: string, status: number, seconds: number): void;
+    /** A run ended: `code` is 'ok' or the error code; `outcome` a fixed vocabulary. */
+    observeJob(code: string, outcome: RunOutcome, seconds: number): void;
   };
   /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
   recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
@@ -173,15 +179,28 @@ export function buildHttpApp(deps: HttpDeps) {
     return identity;
   };
 
+  // With an OpenTelemetry SDK registered, each request has a span and its run runs inside it.
+  const within = traceRequests(app);
+
   const run = async (reply: FastifyReply, job: Job) => {
+    const started = performance.now();
     let result: JobResult;
     try {
-      result = await cache.run(job);
+      result = await within(reply.request, () => cache.run(job));
     } catch (err) {
-      metrics.observeJob(err instanceof ViewerCacheError ? err.code : 'E_INTERNAL');
+      const seconds = (performance.now() - started) / 1000;
+      if (err instanceof ViewerCacheError) {
+        metrics.observeJob(err.code, err.status < 500 ? 'refused' : 'failed', seconds);
+      } else {
+        metrics.observeJob('E_INTERNAL', 'failed', seconds);
+      }
       throw err;
     }
-    metrics.observeJob('ok');
+    metrics.observeJob(
+      'ok',
+      result.fromCache ? 'hit' : 'miss',
+      (performance.now() - started) / 1000,
+    );
     sendResult(reply, job.id, result);
   };
 

@@ -292,7 +292,7 @@ export async function startServer(
       perRecipient,
     );
     cleanup.push(async () => scheduler.stop());
-    const metrics = createMetrics(cache, datatables);
+    const metrics = createMetrics(cache, datatables, liveWorkers ? { liveWorkers } : {});
     const app = buildHttpApp({
       logger,
       executor,
