@@ -13,6 +13,7 @@ import { openRedis } from '../process/connections.js';
 import { createServerLogger, exitOnFatal } from '../process/server_logger.js';
 import { closeOnSignals } from '../process/shutdown.js';
 import { printWelcome } from '../start/welcome.js';
+import { addAccessRecordCommands } from './cli_access_record.js';
 import { addAgentTokenCommands, runAgentWorker } from './cli_agents.js';
 import {
   type GlobalOptions,
@@ -204,6 +205,7 @@ export function buildCli(): Command {
   addAgentTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
+  addAccessRecordCommands(program);
   addDatatableCommands(program);
 
   const roles = program.command('roles').description('data-table roles');

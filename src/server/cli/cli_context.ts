@@ -34,7 +34,12 @@ export function table(
 
 /** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
 export async function withCatalog<T>(
-  fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
+  fn: (ctx: {
+    datatables: Datatables;
+    pool: pg.Pool;
+    config: ServerConfig;
+    secretKey: string;
+  }) => Promise<T>,
 ): Promise<T> {
   const config = readConfig();
   const logger: Logger = pino({ level: process.env['LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
@@ -52,7 +57,7 @@ export async function withCatalog<T>(
       catalog: { awaitPropagation: true },
     });
     await migrateServer(pool);
-    return await fn({ datatables, pool, config });
+    return await fn({ datatables, pool, config, secretKey });
   } finally {
     await datatables?.close();
     await pool.end();

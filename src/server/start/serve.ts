@@ -28,6 +28,7 @@ import { ApiTokens, JobTokens } from '../credentials/tokens.js';
 import { DEMO_WORKSPACE, seedDemo } from '../demo/demo.js';
 import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
 import { buildHttpApp } from '../http/http.js';
+import { AccessRecord } from '../process/access_record.js';
 import type { ServerConfig } from '../process/config.js';
 import {
   loadSecretKey,
@@ -293,6 +294,16 @@ export async function startServer(
     );
     cleanup.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables, liveWorkers ? { liveWorkers } : {});
+    let accessRecord: AccessRecord | undefined;
+    if (config.accessRecord) {
+      accessRecord = new AccessRecord(pool, secretKey, {
+        logger,
+        retentionDays: config.accessRecordRetentionDays,
+      });
+      accessRecord.start();
+      const record = accessRecord;
+      cleanup.push(() => record.close());
+    }
     const app = buildHttpApp({
       logger,
       executor,
@@ -313,6 +324,7 @@ export async function startServer(
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
       accessLog: config.accessLog,
+      ...(accessRecord === undefined ? {} : { accessRecord }),
       bodyLimit: config.bodyLimitBytes,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
