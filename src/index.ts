@@ -219,6 +219,7 @@ export {
   openTwoTierStore,
   TwoTierCacheStore,
 } from './stores/two_tier_store.js';
+export { sdkTracer, TRACER_NAME } from './tracing.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

@@ -6,6 +6,7 @@ import { ComputedResult, type JobResult, StoredResult } from '../job_result.js';
 import type { Logger } from '../logger.js';
 import { claimedExpiry } from '../stores/entry_header.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
+import { sdkTracer } from '../tracing.js';
 import { SingleFlight } from '../util/single_flight.js';
 import { isThenable } from '../util/thenable.js';
 import { type EntryCodec, plainEntries } from './cache_entry.js';
@@ -16,6 +17,7 @@ import { OpenedTier } from './opened_tier.js';
 import { type RawResultCacheOptions, resolveResultCacheOptions } from './result_cache_options.js';
 import { SealedEntries } from './sealed_entry.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
+import { traceRuns, traceStore } from './traced_cache.js';
 
 /** A {@link JobExecutor} with a result cache in front, plus its counters and events. */
 export interface CachedExecutor extends JobExecutor {
@@ -45,7 +47,12 @@ export function withResultCache(
   executor: JobExecutor,
   options: RawResultCacheOptions,
 ): CachedExecutor {
-  return new ResultCache(executor, options);
+  // Traced only when an OpenTelemetry SDK is registered now: otherwise not a single call more.
+  const tracer = sdkTracer();
+  if (tracer === null) return new ResultCache(executor, options);
+  const store = options?.store;
+  const traced = store === undefined ? options : { ...options, store: traceStore(store, tracer) };
+  return traceRuns(new ResultCache(executor, traced), tracer);
 }
 
 class ResultCache implements CachedExecutor {

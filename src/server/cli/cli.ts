@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { ViewerCacheError } from '../../index.js';
 import { DEMO_WORKSPACE } from '../demo/demo.js';
+import { addAccessRecordCommands } from './cli_access_record.js';
 import { addAgentTokenCommands } from './cli_agents.js';
 import { addCacheCommands } from './cli_cache.js';
 import { addCatalogCommands, addMigrateCommand } from './cli_catalog.js';
@@ -43,6 +44,7 @@ export function buildCli(): Command {
   addGoverningCommands(program);
   addCatalogCommands(program);
   addCacheCommands(program);
+  addAccessRecordCommands(program);
 
   return program;
 }
