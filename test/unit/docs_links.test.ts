@@ -115,4 +115,18 @@ describe('documentation links', () => {
   it.each(['README.md', ...guides])('every relative link in %s resolves', (file) => {
     expect(brokenLinks(file)).toEqual([]);
   });
+
+  it.each(['README.md', ...guides])(
+    'every file of the repository %s names in code exists',
+    (file) => {
+      // `src/server/http/http_caching.ts` in prose is a pointer too: a move must update it.
+      const named = [
+        ...readFileSync(join(ROOT, file), 'utf8').matchAll(
+          /`((?:src|test|bench|examples)\/[A-Za-z0-9_./-]+)`/g,
+        ),
+      ].map((m) => m[1]!);
+      const missing = named.filter((path) => !existsSync(join(ROOT, path)));
+      expect(missing.map((path) => `${file} names \`${path}\`, which does not exist`)).toEqual([]);
+    },
+  );
 });
