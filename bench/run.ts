@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: every scenario in one run, on the Redis at REDIS_URL, then the tables into
- * docs/benchmarks.md (between the bench markers), bench/README.md and bench/results/latest.json. What is
- * measured lives in one file per scenario; how rows are judged and drawn, in `report.ts`.
+ * docs/benchmarks.md (between the bench markers), bench/README.md and
+ * bench/results/latest.json. What is measured lives in one file per scenario; how rows are judged
+ * and drawn, in `report.ts`.
  *
  * Flags (after `npm run bench --`):
  * - `--quick`   fewer rounds, for trying a change (tables are still written unless --no-write);
