@@ -1,4 +1,4 @@
-/** Writes the bench tables into README.md and bench/README.md (whose text lives here). */
+/** Writes the bench tables into docs/benchmarks.md and bench/README.md (whose text lives here). */
 import { execFileSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -31,8 +31,12 @@ function biomeMarkdown(text: string): string {
   );
 }
 
-export async function writeReadmeSection(section: string): Promise<void> {
-  const path = join(ROOT, 'README.md');
+/** The benchmarks guide, whose tables between the bench markers `npm run bench` rewrites. */
+export const BENCHMARKS_GUIDE = join(ROOT, 'docs', 'benchmarks.md');
+
+/** Replaces the part of the benchmarks guide between the bench markers with `section`. */
+export async function writeGuideSection(section: string): Promise<void> {
+  const path = BENCHMARKS_GUIDE;
   const readme = await readFile(path, 'utf8');
   const start = '<!-- bench:start -->';
   const end = '<!-- bench:end -->';
@@ -42,7 +46,7 @@ export async function writeReadmeSection(section: string): Promise<void> {
   const next =
     from !== -1 && to > from
       ? readme.slice(0, from) + block + readme.slice(to + end.length)
-      : `${readme.replace(/\n*$/, '\n')}\n## Benchmarks\n\n${block}\n`;
+      : `${readme.replace(/\n*$/, '\n')}\n## The latest run\n\n${block}\n`;
   await writeFile(path, next);
 }
 
@@ -62,7 +66,7 @@ a test, and CI may run this without gating on it.
 ## Running
 
 \`\`\`sh
-npm run bench                         # everything, ≈ 1–2 min; rewrites the tables below and in README.md
+npm run bench                         # everything, ≈ 1–2 min; rewrites the tables below and in docs/benchmarks.md
 npm run bench -- --quick --no-write   # a fast look while changing code
 npm run bench -- --only=redis_hit     # some scenarios (their baselines always run); prints only
 npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)

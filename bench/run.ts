@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: every scenario in one run, on the Redis at REDIS_URL, then the tables into
- * README.md (between the bench markers), bench/README.md and bench/results/latest.json. What is
- * measured lives in one file per scenario; how rows are judged and drawn, in `report.ts`.
+ * docs/benchmarks.md (between the bench markers), bench/README.md and
+ * bench/results/latest.json. What is measured lives in one file per scenario; how rows are judged
+ * and drawn, in `report.ts`.
  *
  * Flags (after `npm run bench --`):
  * - `--quick`   fewer rounds, for trying a change (tables are still written unless --no-write);
@@ -36,7 +37,7 @@ import { memoryScaling } from './memory_scaling.js';
 import { peerHit } from './peer_hit.js';
 import { type PolyglotResult, polyglotMiss, polyglotTable } from './polyglot_miss.js';
 import { benchPostgres } from './postgres_fixture.js';
-import { embeddedVersion, writeBenchReadme, writeReadmeSection } from './readme.js';
+import { embeddedVersion, writeBenchReadme, writeGuideSection } from './readme.js';
 import { redisHit } from './redis_hit.js';
 import { redisRawGet } from './redis_raw_get.js';
 import {
@@ -262,12 +263,12 @@ async function main(): Promise<void> {
     join(BENCH_DIR, 'results', 'latest.json'),
     `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, valueRows, memoryRows, datatableRows, churnRows, polyglot, httpRows, executionRows }, null, 2)}\n`,
   );
-  await writeReadmeSection(
+  await writeGuideSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +
-      `[bench/README.md](bench/README.md).\n\n${body}`,
+      `[bench/README.md](../bench/README.md).\n\n${body}`,
   );
   await writeBenchReadme(env, body);
-  console.log('\nwrote README.md, bench/README.md, bench/results/latest.json');
+  console.log('\nwrote docs/benchmarks.md, bench/README.md, bench/results/latest.json');
 }
 
 main().catch(async (err: unknown) => {
