@@ -1,3 +1,7 @@
+export type { DatatablesLint, LintCatalog } from './audit/lint_datatables.js';
+export { lintDatatables } from './audit/lint_datatables.js';
+export type { PolicyFinding, PolicyLint, PolicyLintInput } from './audit/policy_lints.js';
+export { lintPolicies, readsViewerIdentity } from './audit/policy_lints.js';
 export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
 export type { CachedExecutor } from './cache/result_cache.js';
