@@ -11,6 +11,11 @@ export type {
   ServedApps,
 } from './apps/apps.js';
 export { defineApps } from './apps/apps.js';
+export type {
+  AuditDefinition,
+  AuditExpectations,
+  AuditedRunnable,
+} from './apps/audit_definition.js';
 export type { ScheduleDefinition } from './apps/scheduler.js';
 export { DEMO_APPS, loadApps } from './demo/demo_apps.js';
 export type { EmbeddedPostgresHandle } from './process/embedded_postgres.js';
