@@ -14,6 +14,7 @@ import { createServerLogger, exitOnFatal } from '../process/server_logger.js';
 import { closeOnSignals } from '../process/shutdown.js';
 import { printWelcome } from '../start/welcome.js';
 import { addAgentTokenCommands, runAgentWorker } from './cli_agents.js';
+import { addAuditCommand } from './cli_audit.js';
 import {
   type GlobalOptions,
   output,
@@ -204,6 +205,7 @@ export function buildCli(): Command {
   addAgentTokenCommands(program);
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
+  addAuditCommand(program);
   addDatatableCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
@@ -479,7 +481,8 @@ export async function main(argv: string[]): Promise<number> {
   const json = () => program.opts<GlobalOptions>().json === true || argv.includes('--json');
   try {
     await program.parseAsync(argv);
-    return 0;
+    // A command that ran but found something wrong (an audit that failed) says so here.
+    return typeof process.exitCode === 'number' ? process.exitCode : 0;
   } catch (err) {
     if (err instanceof CommanderError) {
       if (
