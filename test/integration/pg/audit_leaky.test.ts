@@ -136,9 +136,11 @@ describe('the HTML report, in a real browser', () => {
       expect(await failing.count()).toBeGreaterThan(0);
       const cell = failing.first();
       expect(await cell.isVisible()).toBe(true);
+      // biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what a person reads
       expect(await cell.locator('.reason').innerText()).toMatch(/own fresh run/);
       // The lints render with their fix.
       const lint = page.locator('#lints tr[data-lint="view-owner-rights"]');
+      // biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what a person reads
       expect(await lint.innerText()).toContain('security_invoker');
     } finally {
       await browser.close();
