@@ -25,6 +25,7 @@ import {
 } from './cli_context.js';
 import { addDatatableCommands } from './cli_datatables.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
+import { addExplainCommand } from './cli_explain.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 
@@ -206,6 +207,7 @@ export function buildCli(): Command {
   addEmbedKeyCommands(program);
   addGoverningCommands(program);
   addAuditCommand(program);
+  addExplainCommand(program);
   addDatatableCommands(program);
 
   const roles = program.command('roles').description('data-table roles');
