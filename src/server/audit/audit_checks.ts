@@ -4,6 +4,7 @@
  * expectations; per runnable, key separation and whether it varies by viewer. Pure: no run,
  * no connection.
  */
+import { createHash } from 'node:crypto';
 import stringify from 'fast-json-stable-stringify';
 import type { AuditedRunnable } from '../apps/audit_definition.js';
 import { type AuditCell, type AuditFinding, type AuditStatus, worse } from './audit_report.js';
@@ -180,5 +181,7 @@ function entitledRows(viewers: readonly ResolvedViewer[], fresh: readonly RunOut
 function describe(outcome: RunOutcome): string {
   if ('code' in outcome) return `a refusal (${outcome.code})`;
   const rows = rowsOf(outcome).length;
-  return `${rows} row${rows === 1 ? '' : 's'}`;
+  // Row counts only (a report names no row); a fingerprint tells two equal counts apart.
+  const digest = createHash('sha256').update(canonical(outcome)).digest('hex').slice(0, 8);
+  return `${rows} row${rows === 1 ? '' : 's'} (answer ${digest})`;
 }
