@@ -15,6 +15,7 @@ export type {
   AuditDefinition,
   AuditExpectations,
   AuditedRunnable,
+  ServedAudit,
 } from './apps/audit_definition.js';
 export type { ScheduleDefinition } from './apps/scheduler.js';
 export { renderHtml, renderJunit, renderSummary } from './audit/audit_formats.js';
