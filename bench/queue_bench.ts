@@ -116,7 +116,6 @@ const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
 const inProcess = withResultCache(local, { store: store(), seal });
 const queue = createQueueExecutor({
   executor: local,
-  pool,
   redis,
   secretKey: QUEUE_BENCH_SECRET,
   prefix: QUEUE_PREFIX,

@@ -22,7 +22,6 @@ const cached = withResultCache(createExecutor({ runnables: QUEUE_BENCH_RUNNABLES
 });
 const worker = createQueueWorker({
   executor: cached,
-  pool,
   redis,
   secretKey: QUEUE_BENCH_SECRET,
   prefix: env('QUEUE_PREFIX'),

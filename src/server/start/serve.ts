@@ -133,8 +133,18 @@ export async function startServer(
     // With the queue, job tokens are shared (every server accepts a worker's), also those of
     // the child runs that run here (see children_in_process.ts).
     if (config.execution === 'queue') await migrateQueue(pool);
+    let queueRedisOf = (): ReturnType<typeof openQueueRedis> => {
+      throw new TypeError('no queue outside queue mode');
+    };
+    if (config.execution === 'queue') {
+      const queueRedis = openQueueRedis(config, logger);
+      queueRedisOf = () => queueRedis;
+      cleanup.push(() => queueRedis.quit());
+    }
     const sharedTokens =
-      config.execution === 'queue' ? new SharedJobTokens({ pool, logger }) : null;
+      config.execution === 'queue'
+        ? new SharedJobTokens({ redis: queueRedisOf(), prefix: config.queuePrefix, logger })
+        : null;
     const local = createExecutor({
       runnables: world.runnables,
       datatables,
@@ -143,19 +153,12 @@ export async function startServer(
     });
     let executor: Executor = local;
     let liveWorkers: (() => Promise<number>) | undefined;
-    let queueRedisOf = (): ReturnType<typeof openQueueRedis> => {
-      throw new TypeError('no queue outside queue mode');
-    };
     if (config.execution === 'queue') {
       // Misses run on workers (`viewer-cache worker`); hits are answered here, as before, and
       // job-token children run here (a parent holding the only worker slot would wait forever).
-      const queueRedis = openQueueRedis(config, logger);
-      queueRedisOf = () => queueRedis;
-      cleanup.push(() => queueRedis.quit());
       const queue = createQueueExecutor({
         executor: local,
-        pool,
-        redis: queueRedis,
+        redis: queueRedisOf(),
         secretKey,
         wait: config.queueWaitMs,
         prefix: config.queuePrefix,
@@ -181,7 +184,6 @@ export async function startServer(
         // Queue mode: agents take from the queue every server enqueues on, beside (or instead
         // of) database workers; a job they run is cached exactly as a database worker caches it.
         const source = createQueueJobSource({
-          pool,
           redis: queueRedisOf(),
           secretKey,
           lockDuration: config.agentLockMs,

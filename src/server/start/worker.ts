@@ -97,7 +97,11 @@ export async function startWorker(
         'a worker runs the servers’ apps: give --apps PATH (VIEWER_CACHE_APPS) or --demo',
       );
     const world = await loadApps(appsSource, { childRunUrl, env: process.env });
-    const jobTokens = new SharedJobTokens({ pool, logger });
+    const jobTokens = new SharedJobTokens({
+      redis: queueRedis,
+      prefix: config.queuePrefix,
+      logger,
+    });
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // The same cache as the servers': same store, fingerprint and seal, so the same keys.
     // Tracked: the worker runs the job, so it is the one that learns what a runnable version
@@ -127,7 +131,6 @@ export async function startWorker(
     });
     const worker = createQueueWorker({
       executor: cache,
-      pool,
       redis: queueRedis,
       secretKey,
       prefix: config.queuePrefix,
