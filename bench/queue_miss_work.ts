@@ -6,7 +6,8 @@
  * cache, sealed store, shared job tokens). Over N misses it prints the PostgreSQL transactions
  * (`pg_stat_database.xact_commit + xact_rollback` of that database) and the Redis commands
  * (`INFO commandstats`, by command) per miss, beside a bare BullMQ round trip and an in-process
- * miss measured the same way. `QUEUE_WORK_N` overrides N (default 100).
+ * miss measured the same way. `QUEUE_WORK_N` overrides N (default 100); `--json`: one JSON line
+ * (`npm run bench` runs it so).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -89,7 +90,7 @@ async function transactions(admin: pg.Pool, database: string): Promise<number> {
   return last;
 }
 
-interface Counted {
+export interface Counted {
   readonly label: string;
   readonly pg: number;
   readonly redis: number;
@@ -239,10 +240,14 @@ try {
   await pgServer.close('vc_queue_work_');
   redisChild.kill('SIGTERM');
 }
-process.stdout.write(`per miss, over ${N} sequential misses each:\n`);
-for (const r of results) {
-  process.stdout.write(
-    `${r.label.padEnd(24)} PostgreSQL transactions ${r.pg.toFixed(2).padStart(5)}   Redis commands ${r.redis.toFixed(2).padStart(6)}\n    ${r.byCommand}\n`,
-  );
+if (process.argv.includes('--json')) {
+  process.stdout.write(`${JSON.stringify({ n: N, rows: results })}\n`);
+} else {
+  process.stdout.write(`per miss, over ${N} sequential misses each:\n`);
+  for (const r of results) {
+    process.stdout.write(
+      `${r.label.padEnd(24)} PostgreSQL transactions ${r.pg.toFixed(2).padStart(5)}   Redis commands ${r.redis.toFixed(2).padStart(6)}\n    ${r.byCommand}\n`,
+    );
+  }
 }
 process.exit(0);
