@@ -138,7 +138,8 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       job,
       origins.get(job) ?? 'unknown',
       queueId,
-      Date.now() + waitMs,
+      // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
+      Math.ceil(Date.now() + waitMs),
     );
     // Subscribed before adding: a job that finishes at once is not missed.
     const answer = waitFor(queueId);

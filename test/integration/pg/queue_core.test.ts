@@ -149,6 +149,17 @@ describe('a queued miss pays Postgres nothing for the queue', () => {
   });
 });
 
+describe('the deadline a message carries', () => {
+  it('is whole milliseconds whatever the wait: a fractional wait still runs', async () => {
+    const server = await deploy.server({ wait: 30_000.5 });
+    await deploy.worker();
+    const result = await runFor(server.registry, 'uncached', app(ALICE), {
+      through: server.cached,
+    });
+    expect(result.value).toEqual(ROWS['emea']);
+  });
+});
+
 describe('a scoped credential on the queue', () => {
   it("a run scoped to one of carol's roles sees only that role's rows, on a worker", async () => {
     const server = await deploy.server();
