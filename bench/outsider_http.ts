@@ -10,7 +10,8 @@
  * `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
  * process's own /proc/<pid>/stat): on a shared machine a neighbour's burst otherwise lands on
  * one side of a ratio. It reports, per row, the median over the kept rounds with the range, the
- * ratios to the floor of the same round, and how many rounds it dropped. When every round is
+ * ratios to the floor of the same round, the server process's CPU time per request (which a
+ * busy machine disturbs far less than req/s and latency), and how many rounds it dropped. When every round is
  * dropped it says so and reports them all, marked.
  *
  * `--targets floor,cached`: only those (without the floor, no ratios: to profile one route).
@@ -56,6 +57,9 @@ function machineJiffies(): { busy: number; total: number } {
   return { busy: total - idle, total };
 }
 
+/** Jiffies per second of /proc's process times (USER_HZ: 100 on Linux). */
+const CLOCK_TICKS = 100;
+
 /** utime + stime of a process, in jiffies. */
 function processJiffies(pid: number | 'self'): number {
   const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -84,6 +88,8 @@ interface Sample {
   readonly reqPerS: number;
   readonly p50Ms: number;
   readonly p99Ms: number;
+  /** The server process's CPU time per request (user + system), µs: robust to a busy machine. */
+  readonly cpuUsPerReq: number;
 }
 
 function load(url: string, token: string, body: string, connections: number): Promise<Sample> {
@@ -106,7 +112,12 @@ function load(url: string, token: string, body: string, connections: number): Pr
         const sorted = Float64Array.from(times).sort();
         const at = (q: number) =>
           sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-        resolve({ reqPerS: result.requests.average, p50Ms: at(0.5), p99Ms: at(0.99) });
+        resolve({
+          reqPerS: result.requests.average,
+          p50Ms: at(0.5),
+          p99Ms: at(0.99),
+          cpuUsPerReq: 0,
+        });
       },
     );
     instance.on('response', (_client, _status, _bytes, ms) => times.push(ms));
@@ -140,8 +151,16 @@ try {
     const own0 = processJiffies('self') + processJiffies(child.pid!);
     const samples = new Map<string, Sample>();
     const order = cells.map((_, k) => cells[(k + r) % cells.length]!);
-    for (const c of order)
-      samples.set(`${c.id}@${c.conns}`, await load(c.url, c.token, ready.body, c.conns));
+    for (const c of order) {
+      const cpu0 = processJiffies(child.pid!);
+      const sample = await load(c.url, c.token, ready.body, c.conns);
+      const jiffies = processJiffies(child.pid!) - cpu0;
+      const requests = sample.reqPerS * SECONDS;
+      samples.set(`${c.id}@${c.conns}`, {
+        ...sample,
+        cpuUsPerReq: (jiffies * (1e6 / CLOCK_TICKS)) / Math.max(1, requests),
+      });
+    }
     const m1 = machineJiffies();
     const own1 = processJiffies('self') + processJiffies(child.pid!);
     const other = Math.max(0, m1.busy - m0.busy - (own1 - own0)) / Math.max(1, m1.total - m0.total);
@@ -169,6 +188,8 @@ const rows = cells.map((c) => {
       return floor === undefined ? Number.NaN : pick(r.samples.get(key)!) / pick(floor);
     });
   const rpsRatio = ratio((s) => s.reqPerS);
+  const cpu = get((s) => s.cpuUsPerReq);
+  const cpuRatio = ratio((s) => s.cpuUsPerReq);
   const p50Ratio = ratio((s) => s.p50Ms);
   return {
     id: c.id,
@@ -176,6 +197,8 @@ const rows = cells.map((c) => {
     reqPerS: { median: median(rps), min: Math.min(...rps), max: Math.max(...rps) },
     p50Ms: { median: median(p50), min: Math.min(...p50), max: Math.max(...p50) },
     reqPerSVsFloor: median(rpsRatio),
+    cpuUsPerReq: { median: median(cpu), min: Math.min(...cpu), max: Math.max(...cpu) },
+    cpuVsFloor: median(cpuRatio),
     p50VsFloor: median(p50Ratio),
   };
 });
