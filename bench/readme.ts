@@ -114,6 +114,16 @@ route with nothing else started.
   BentoCache's): served by the memory tier (judged against \`bento_tiered_l1_hit\`), and with a
   memory tier too small to keep anything, so every call reads Redis (against the raw GET and
   \`bento_tiered_l2_hit\`).
+- \`value_hit.ts\` — a hit that returns the parsed *value* (1 KiB), through
+  \`createViewerCache(...).run\` and through \`withResultCache\` handed the same jobs as the peer,
+  against \`Map.get\` + the same \`JSON.parse\` (the floor, ≤ 1.3×) and BentoCache
+  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64. Alone:
+  \`npx tsx bench/value_hit.ts\`.
+- \`memory_per_entry.ts\` — bytes, not time: 100 k entries of 1 KiB JSON through
+  \`createViewerCache(...).run\` against a bare \`lru-cache\` holding the same JSON, each filled
+  in a process of its own (\`memory_entry_process.ts\`, \`--expose-gc\`, full GCs before and
+  after), rounds interleaved; heap + external per entry ÷ lru-cache's (≤ 1.3×) and ÷ what the
+  store counts toward \`maxBytes\` (1.0 ± 10 %). Alone: \`npx tsx bench/memory_per_entry.ts\`.
 - \`key_derivation.ts\` — \`cachedResultPath\` alone (ten-field args) beside
   fast-json-stable-stringify + SHA-256 without validation.
 - \`churn_bench.ts\` — 10 000 viewers over 50 groups, warm in-process caches with
