@@ -206,6 +206,7 @@ export type {
 } from './queue/queue_worker.js';
 export { createQueueWorker } from './queue/queue_worker.js';
 export type {
+  JobTokenRedis,
   RawSharedJobTokensOptions,
   SharedJobTokenGrant,
 } from './queue/shared_job_tokens.js';
