@@ -27,6 +27,7 @@ import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
+import { type RulesMode, RulesWatch } from './catalog/rules_watch.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
@@ -71,6 +72,7 @@ class DatatableService implements Datatables {
   readonly fingerprint: Datatables['fingerprint'];
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
+  readonly #rules: RulesWatch;
   readonly #authorizations: JobAuthorizations;
   readonly #dependencies: RunDependencies;
   readonly #protocol: RoleSetProtocol;
@@ -115,7 +117,16 @@ class DatatableService implements Datatables {
         },
       },
     });
-    this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
+    this.#rules = new RulesWatch({
+      pool: this.#pool,
+      adminConfig,
+      intervalMs: catalog.heartbeatMs,
+      timeoutMs: catalog.heartbeatTimeoutMs,
+      latest: () => this.#snapshot.latest,
+      onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      logger,
+    });
+    this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory, this.#rules);
     const learned = new LearnedSets({
       pool: this.#pool,
       key: passwords.deriveKey('learned dependency sets'),
@@ -218,6 +229,20 @@ class DatatableService implements Datatables {
     }
     if (options.migrate) await migrateCatalog(this.#pool);
     await this.#snapshot.start();
+    await this.#rules.start();
+  }
+
+  rulesMode(workspace: string, datatable: string): RulesMode | null {
+    const found = this.#snapshot.latest?.datatable(workspace, datatable);
+    return found === undefined ? null : this.#rules.modeOf(found.database);
+  }
+
+  async invalidateDatatable(
+    workspace: string,
+    datatable: string,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    const { generation } = await this.admin.bumpRulesVersion(workspace, datatable);
+    return this.#snapshot.awaitPropagation(generation);
   }
 
   get generation(): number {
@@ -338,6 +363,7 @@ class DatatableService implements Datatables {
     // has under way and starts nothing more (nothing logs a pool ended under it).
     await this.#warmer?.close();
     await this.#leaser.close();
+    await this.#rules.close();
     await this.#snapshot.close();
     await this.#pools.close();
     await this.#identities?.close();
