@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import {
   InvalidationUnsupportedError,
   publishInvalidation,
@@ -25,6 +25,7 @@ import {
 import { addDatatableCommands } from './cli_datatables.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
+import { invalidateDatatable } from './cli_rules.js';
 import { addTokenCommands } from './cli_tokens.js';
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
@@ -381,11 +382,21 @@ export function buildCli(): Command {
   cache
     .command('invalidate')
     .description(
-      'drop the cached results of the workspace (-w), or of one runnable with --path, in every server sharing REDIS_URL',
+      'drop the cached results of the workspace (-w), or of one runnable with --path, in every server sharing REDIS_URL; or, with --datatable, every entry that depended on a data table',
     )
     .option('--path <path>', "one runnable's path (default: the whole workspace)")
-    .action(async (options: { path?: string }) => {
+    .option(
+      '--datatable <name>',
+      'every entry whose run depended on this data table, in every process on the catalog (a rule change the library cannot see)',
+    )
+    .action(async (options: { path?: string; datatable?: string }) => {
       const workspace = workspaceOf(program);
+      if (options.datatable !== undefined) {
+        if (options.path !== undefined)
+          throw new InvalidArgumentError('give --path or --datatable, not both');
+        await invalidateDatatable(program, workspace, options.datatable);
+        return;
+      }
       const { prefix, receivers } = await invalidateCache(workspace, options.path);
       const what =
         options.path === undefined

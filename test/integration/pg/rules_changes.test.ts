@@ -1,3 +1,6 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
@@ -9,8 +12,9 @@ import {
   type RunContext,
   withResultCache,
 } from '../../../src/index.js';
-import { app, type OrdersDb, ordersDb, runFor, WS } from '../../helpers/orders_db.js';
+import { app, type OrdersDb, ordersDb, runFor, SECRET_KEY, WS } from '../../helpers/orders_db.js';
 import { asAdmin, createTestDatabase, type TestDatabase } from '../../helpers/pg.js';
+import { runCli, runCliJson, serverEnv } from '../../helpers/server_process.js';
 import { waitUntil } from '../../helpers/wait.js';
 
 // SPEC invariant 22: a change in a data table's database to what a role may read — a policy,
@@ -334,4 +338,61 @@ describe("a rule change in the data table's database applies on the next run (ev
     expect(after).toEqual(before);
     expect((await run(0, 'main', sql)).fromCache).toBe(true);
   });
+});
+
+describe('cache invalidate --datatable (for what the library cannot see)', () => {
+  const ORDERS = 'select id from orders order by id';
+
+  async function cached(): Promise<void> {
+    for (const p of [0, 1]) {
+      await run(p, 'main', ORDERS);
+      expect((await run(p, 'main', ORDERS)).fromCache).toBe(true);
+      await run(p, 'other', NOTES);
+      expect((await run(p, 'other', NOTES)).fromCache).toBe(true);
+    }
+  }
+
+  it('the library call drops the entries of that data table in both processes, and says who heard it', async () => {
+    await cached();
+    const heard = await fx.datatables.invalidateDatatable(WS, 'other');
+    // The other process acknowledged; nobody was left out.
+    expect(heard).toMatchObject({ acknowledged: 1, missing: 0 });
+    for (const p of [0, 1]) {
+      expect(await run(p, 'other', NOTES)).toEqual({ fromCache: false, rows: [7, 8] });
+      expect(await run(p, 'main', ORDERS)).toEqual({ fromCache: true, rows: [1, 3] });
+    }
+    await expect(fx.datatables.invalidateDatatable(WS, 'nope')).rejects.toMatchObject({
+      code: 'E_UNKNOWN_DATATABLE',
+    });
+  });
+
+  it('the CLI does the same through the catalog, reports the processes that heard it, and refuses what it cannot do', async () => {
+    await cached();
+    const dir = await mkdtemp(join(tmpdir(), 'viewer-cache-rules-cli-'));
+    try {
+      const env = serverEnv({
+        DATABASE_URL: fx.db.url,
+        VIEWER_CACHE_SECRET_KEY: SECRET_KEY,
+        VIEWER_CACHE_DATA_DIR: dir,
+      });
+      const args = ['-w', WS, 'cache', 'invalidate', '--datatable', 'main'];
+      expect(await runCliJson(env, args)).toMatchObject({
+        invalidated: { workspace: WS, datatable: 'main' },
+        receivers: 2,
+        missing: 0,
+      });
+      for (const p of [0, 1]) {
+        expect(await run(p, 'main', ORDERS)).toEqual({ fromCache: false, rows: [1, 3] });
+        expect(await run(p, 'other', NOTES)).toEqual({ fromCache: true, rows: [7, 8] });
+      }
+      const unknown = await runCli(env, ['--json', ...args.slice(0, -1), 'nope']);
+      expect(unknown.code).toBe(1);
+      expect(JSON.parse(unknown.stdout)).toMatchObject({ error: { code: 'E_UNKNOWN_DATATABLE' } });
+      const both = await runCli(env, [...args, '--path', 'f/x']);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toMatch(/E_USAGE: give --path or --datatable, not both/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
