@@ -125,6 +125,7 @@ class DatatableService implements Datatables {
       latest: () => this.#snapshot.latest,
       onCommitted: (generation) => this.#snapshot.invalidate(generation),
       logger,
+      ...(hooks.beforeRulesCheck ? { beforeCheck: hooks.beforeRulesCheck } : {}),
     });
     this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory, this.#rules);
     const learned = new LearnedSets({

@@ -121,6 +121,8 @@ export interface RawDatatablesOptions {
 export interface DatatablesTestHooks {
   /** Called before each step of the set-login protocol; throw to simulate a crash there. */
   beforeLoginStep?: RoleSetStepHook;
+  /** Called before each rules check of a data-table database; throw to make it fail. */
+  beforeRulesCheck?: (database: string) => void;
 }
 
 /**

@@ -23,6 +23,8 @@ export interface RulesWatchOptions {
   /** A digest moved and was recorded at `generation`: stop serving the state before it. */
   onCommitted: (generation: number) => void;
   logger?: Logger;
+  /** Test hook: called before each database's check; throwing fails that check. */
+  beforeCheck?: (database: string) => void;
 }
 
 interface Watched {
@@ -172,6 +174,7 @@ export class RulesWatch {
       [...byDatabase].map(async ([database, datatables]) => {
         const started = performance.now();
         try {
+          this.#options.beforeCheck?.(database);
           let mode: RulesMode = 'digest';
           if (database === this.#catalogDatabase) {
             triggersOn ??= this.#timed(this.#options.pool, RULES_TRIGGERS_ON).then(
