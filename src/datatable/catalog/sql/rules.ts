@@ -146,20 +146,29 @@ export const READ_RULES_DIGEST = `
 /**
  * Records a digest read in database $1: a data table whose digest moved gets a fresh version
  * (a transaction id, never reused), then the generation is bumped and notified, all in one
- * statement. Returns the new generation, or no row when nothing moved.
+ * statement. Returns the new generation, or no row when nothing moved. When nothing moved it
+ * writes nothing (no transaction id is drawn): it runs every heartbeat in every process.
  */
 export const recordRulesDigest = (channel: string): string => `
   with moved as (
+    update viewer_cache.rules_version r
+       set version = pg_current_xact_id()::text, digest = $2
+      from viewer_cache.datatable d
+     where d.database = $1 and r.workspace = d.workspace and r.datatable = d.name
+       and r.digest is distinct from $2
+    returning 1
+  ), added as (
     insert into viewer_cache.rules_version (workspace, datatable, version, digest)
     select d.workspace, d.name, pg_current_xact_id()::text, $2
-      from viewer_cache.datatable d where d.database = $1
-    on conflict (workspace, datatable) do update
-      set version = excluded.version, digest = excluded.digest
-      where viewer_cache.rules_version.digest is distinct from excluded.digest
+      from viewer_cache.datatable d
+     where d.database = $1
+       and not exists (select 1 from viewer_cache.rules_version r
+                        where r.workspace = d.workspace and r.datatable = d.name)
+    on conflict (workspace, datatable) do nothing
     returning 1
   ), bumped as (
     update viewer_cache.generation set value = value + 1
-     where exists (select 1 from moved) returning value
+     where exists (select 1 from moved) or exists (select 1 from added) returning value
   )
   select value, pg_notify('${channel}', value::text) from bumped`;
 
