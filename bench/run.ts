@@ -185,7 +185,7 @@ async function main(): Promise<void> {
       await postgres.close(pgPrefix);
     }
   }
-  // Execution (issue 20): each in a process of its own, with its worker processes; on the
+  // Execution: each in a process of its own, with its worker processes; on the
   // run's Postgres (DATABASE_URL, else an embedded one of their own).
   if (wanted(/^(queue_|agent_)/)) {
     process.stdout.write('\nexecution: ');

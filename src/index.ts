@@ -76,6 +76,7 @@ export {
   EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
+  errorClassOf,
   errors,
   InvalidationUnsupportedError,
   InvalidDataError,
@@ -153,7 +154,8 @@ export { redactIdentity } from './logger.js';
 export type { Migration, MigrationPlan } from './pg/migration_runner.js';
 export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
-export { unreachableReason } from './pg/sqlstate.js';
+export { isDataException, unreachableReason } from './pg/sqlstate.js';
+export { withTransaction } from './pg/transaction.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,
