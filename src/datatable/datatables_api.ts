@@ -8,6 +8,7 @@ import type { Logger } from '../logger.js';
 import type { CatalogAdmin } from './admin/catalog_admin.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import type { DatatablesEvents } from './datatables_events.js';
+import type { JobExplanation } from './datatables_explain.js';
 import type { SetLoginInfo } from './logins/login_gc.js';
 import type { RoleSetStepHook } from './logins/role_set_protocol.js';
 
@@ -69,6 +70,13 @@ export interface RawDatatablesOptions {
      */
     awaitPropagation?: boolean;
   };
+  /**
+   * With an OpenTelemetry SDK registered, each statement a runnable sends gets a span named by
+   * its operation (`SELECT`, …). `true` adds the statement's text as `db.query.text`, with every
+   * literal replaced by `?` (strings, numbers, dollar-quoted bodies). Off by default: even
+   * sanitized, a statement names the tables and columns a viewer's app reads. @default false
+   */
+  traceStatementText?: boolean;
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;
   /** Apply catalog migrations on start. @default true */
@@ -195,6 +203,12 @@ export interface Datatables extends DatatableConnector {
    * (the reference server lets only an app's publisher or a workspace admin fan a run out).
    */
   principals(workspace: string, email: string): Promise<Principals>;
+  /**
+   * What the data tables would do for `job` now (for `viewer-cache explain`): its runnable
+   * version's learned dependency set, each question's roles and login (or refusal code), and
+   * the digest of the fingerprint its cache key carries. Never a password, a row or a token.
+   */
+  explain(job: Job): Promise<JobExplanation>;
   /** Checks the catalog database answers (for readiness probes). */
   ping(): Promise<void>;
   /** Closes every connection; connections still lent are destroyed. Always resolves. */

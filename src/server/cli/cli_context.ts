@@ -33,14 +33,21 @@ export function table(
 
 /** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
 export async function withCatalog<T>(
-  fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
+  fn: (ctx: {
+    datatables: Datatables;
+    pool: pg.Pool;
+    config: ServerConfig;
+    secretKey: string;
+  }) => Promise<T>,
 ): Promise<T> {
   const config = readConfig();
   const logger: Logger = pino({ level: process.env['LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
   // No apps and no store; a change returns once every running server acknowledged it.
-  const { datatables, pool, release } = await openAssembly(config, logger, { role: 'cli' });
+  const { datatables, pool, secretKey, release } = await openAssembly(config, logger, {
+    role: 'cli',
+  });
   try {
-    return await fn({ datatables, pool, config });
+    return await fn({ datatables, pool, config, secretKey });
   } finally {
     await release();
   }

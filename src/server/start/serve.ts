@@ -10,6 +10,7 @@ import { EmbedKeys } from '../credentials/embed_keys.js';
 import { ApiTokens } from '../credentials/tokens.js';
 import { DEMO_WORKSPACE, seedDemo } from '../demo/demo.js';
 import { buildHttpApp } from '../http/http.js';
+import { AccessRecord } from '../process/access_record.js';
 import type { ServerConfig } from '../process/config.js';
 import { createMetrics } from '../process/metrics.js';
 import { BackoffPoller } from '../process/poll_backoff.js';
@@ -122,7 +123,17 @@ export async function startServer(
       perRecipient,
     );
     releases.push(async () => scheduler.stop());
-    const metrics = createMetrics(cache, datatables);
+    const metrics = createMetrics(cache, datatables, liveWorkers ? { liveWorkers } : {});
+    let accessRecord: AccessRecord | undefined;
+    if (config.accessRecord) {
+      accessRecord = new AccessRecord(pool, secretKey, {
+        logger,
+        retentionDays: config.accessRecordRetentionDays,
+      });
+      accessRecord.start();
+      const record = accessRecord;
+      releases.push(() => record.close());
+    }
     const app = buildHttpApp({
       logger,
       executor,
@@ -139,6 +150,7 @@ export async function startServer(
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,
       accessLog: config.accessLog,
+      ...(accessRecord === undefined ? {} : { accessRecord }),
       bodyLimit: config.bodyLimitBytes,
       maxConnections: config.maxConnections,
       maxConnectionsPerClient: config.maxConnectionsPerClient,
