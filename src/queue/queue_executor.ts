@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
   errors,
+  QueryFailedError,
   QueueResultInvalidError,
   QueueTimeoutError,
   QueueUnavailableError,
@@ -211,8 +212,10 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
 /** A worker's failure: a code it sent, as that code's error; anything else, a lost worker. */
 function failureOf(reason: unknown): ViewerCacheError {
-  if (typeof reason === 'string' && Object.hasOwn(errors, reason)) {
-    const Cls = errors[reason as keyof typeof errors];
+  const [code, sqlstate] = typeof reason === 'string' ? reason.split(':') : [];
+  if (code === QueryFailedError.code) return new QueryFailedError(undefined, { sqlstate });
+  if (code !== undefined && Object.hasOwn(errors, code)) {
+    const Cls = errors[code as keyof typeof errors];
     return new Cls();
   }
   // BullMQ's own reasons (stalled more than allowed, lock lost): the worker died mid-job.

@@ -4,7 +4,13 @@
  * reported code back to an error. It is the only file of the server that the agent process
  * loads (a dependency-cruiser rule holds it to that), so it imports nothing but the library.
  */
-import { ExecutorFailedError, errors, type Job, type ViewerCacheError } from '../../index.js';
+import {
+  ExecutorFailedError,
+  errors,
+  type Job,
+  QueryFailedError,
+  type ViewerCacheError,
+} from '../../index.js';
 
 /** The header every agent request carries: the agent protocol version it speaks. */
 export const AGENT_PROTOCOL_HEADER = 'x-viewer-cache-agent-protocol';
@@ -30,7 +36,13 @@ export interface TakenJob {
 /** How an agent ended a job: its value, or the code (and a short message) of its failure. */
 export type AgentOutcome =
   | { readonly ok: true; readonly value: unknown }
-  | { readonly ok: false; readonly code: string; readonly message: string };
+  | {
+      readonly ok: false;
+      readonly code: string;
+      readonly message: string;
+      /** With E_QUERY_FAILED: the SQLSTATE of the statement Postgres refused. */
+      readonly sqlstate?: string;
+    };
 
 const CODE_RE = /^E_[A-Z0-9_]{1,48}$/;
 
@@ -42,11 +54,14 @@ const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
  * exception, else E_EXECUTOR_FAILED. The agent's
  * text is capped and never logged above debug (it may echo the runnable's data).
  */
-export function failureOf(code: string, message: string): ViewerCacheError {
+export function failureOf(code: string, message: string, sqlstate?: string): ViewerCacheError {
   // A statement's data exception (SQLSTATE class 22, e.g. a NUL byte in an argument) is the
   // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
   if (DATA_EXCEPTION.test(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
+  // A statement Postgres refused reads as in process: same code, status and SQLSTATE.
+  if (code === QueryFailedError.code)
+    return new QueryFailedError(text, sqlstate === undefined ? {} : { sqlstate });
   if (CODE_RE.test(code) && Object.hasOwn(errors, code)) {
     return new errors[code as keyof typeof errors](text);
   }
