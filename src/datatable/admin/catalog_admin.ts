@@ -292,6 +292,10 @@ export class CatalogAdmin {
     kind: MembershipKind,
     name: string,
   ): Promise<CatalogChange> {
+    // A member is a person the server records as a viewer: a typo here would never match one.
+    // (Removing still takes any string, so a bad row written before this check can go.)
+    if (typeof email !== 'string' || !EMAIL_RE.test(email))
+      throw new CatalogError('a member must be an email address (name@domain)');
     return this.#membership(sql.ADD_MEMBERSHIP, workspace, email, kind, name);
   }
 
@@ -458,6 +462,9 @@ function checkWorkspace(workspace: string): void {
     throw new CatalogError('workspace must be a short identifier ([A-Za-z0-9_.-])');
   }
 }
+
+/** An email address as far as membership needs: one `@`, something on each side, no spaces. */
+const EMAIL_RE = /^[^\s@]+@[^\s@]+$/;
 
 function checkMembership(
   workspace: string,

