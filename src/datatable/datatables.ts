@@ -27,6 +27,7 @@ import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
+import { checkSecretKey } from './catalog/secret_check.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
@@ -217,6 +218,7 @@ class DatatableService implements Datatables {
         );
     }
     if (options.migrate) await migrateCatalog(this.#pool);
+    await checkSecretKey(this.#pool, options.passwords);
     await this.#snapshot.start();
   }
 
