@@ -109,18 +109,20 @@ export class CatalogAdmin {
     if (typeof options?.database !== 'string' || options.database.length === 0) {
       throw new CatalogError('database must name the Postgres database of the data table');
     }
-    const change = await this.#change(async (client) => {
-      await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
-    });
+    // What the data table depends on first (its database reachable, the viewer-identity
+    // functions installable there: idempotent), the registration after: a change that fails
+    // leaves the catalog as it was, and no workspace is left with a data table nobody can use.
     try {
       await this.#options.onDatatableCreated?.(options.database);
     } catch (err) {
       throw new CatalogError(
-        `data table ${name} registered, but the viewer-identity functions could not be installed in its database; grant the library's role CREATE there and retry`,
+        `data table ${name} not registered: ${unpreparedReason(err, options.database)}`,
         { cause: err, datatable: name },
       );
     }
-    return change;
+    return this.#change(async (client) => {
+      await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
+    });
   }
 
   /** The role plain `datatable://NAME` connects as; `null` refuses such references. */
@@ -461,6 +463,16 @@ function checkWorkspace(workspace: string): void {
   if (typeof workspace !== 'string' || !WORKSPACE_RE.test(workspace)) {
     throw new CatalogError('workspace must be a short identifier ([A-Za-z0-9_.-])');
   }
+}
+
+/** Why a data table's database could not be prepared, in words an operator can act on. */
+function unpreparedReason(err: unknown, database: string): string {
+  const code = (err as { code?: unknown }).code;
+  const quoted = JSON.stringify(database);
+  if (code === '3D000') return `there is no database ${quoted} on this server`;
+  if (code === '42501')
+    return `the viewer-identity functions could not be installed in database ${quoted}: grant the library's role CREATE there and retry`;
+  return `database ${quoted} could not be prepared (${(err as Error).message ?? 'unknown error'})`;
 }
 
 /** An email address as far as membership needs: one `@`, something on each side, no spaces. */
