@@ -128,11 +128,20 @@ export function buildCli(): Command {
         if (abort.signal.aborted) logger.info('stopped during start-up');
       }
       if (started !== null) {
+        const json = program.opts<GlobalOptions>().json === true;
+        // The JSON ready line is stdout's (machine-readable, one line); the banner for people
+        // goes to stderr, so stdout stays the log stream it is when it is not a terminal.
         printWelcome(
-          process.stdout,
+          json
+            ? process.stdout
+            : {
+                isTTY: process.stdout.isTTY === true && process.stderr.isTTY === true,
+                write: (text: string) => process.stderr.write(text),
+              },
           started.url,
           started.demoTokens,
-          program.opts<GlobalOptions>().json === true,
+          json,
+          { demo: config.seedDemo && config.appsPath === null },
         );
         await stopped;
       }
