@@ -218,7 +218,8 @@ class DatatableService implements Datatables {
         );
     }
     if (options.migrate) await migrateCatalog(this.#pool);
-    await checkSecretKey(this.#pool, options.passwords);
+    // A key of its own for this use: never a password or another MAC.
+    await checkSecretKey(this.#pool, options.passwords.deriveKey('secret-check'));
     await this.#snapshot.start();
   }
 

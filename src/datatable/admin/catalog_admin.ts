@@ -163,13 +163,18 @@ export class CatalogAdmin {
       const found = await client.query(sql.READ_DATATABLE, [workspace, datatable]);
       if (found.rows.length === 0) throw new UnknownDatatableError();
       const ident = pg.escapeIdentifier(name);
+      await client.query('savepoint create_role');
       try {
         await client.query(`create role ${ident} with nologin`);
       } catch (err) {
-        if (isRoleNameTaken(err)) {
-          throw new CatalogError(`a Postgres role named ${name} already exists`);
-        }
-        throw err;
+        if (!isRoleNameTaken(err)) throw err;
+        await client.query('rollback to savepoint create_role');
+        // The same role, made by this catalog with the same definition: done already, as
+        // createDatatable and addMembership are (a setup script may run twice).
+        const same = await this.#sameRole(client, workspace, datatable, name, tenants);
+        if (same === null) throw new CatalogError(`a Postgres role named ${name} already exists`);
+        oid = same;
+        return;
       }
       oid = Number((await client.query<{ oid: number }>(READ_ROLE_OID, [name])).rows[0]!.oid);
       // The password is tied to the OID, which only exists now; the role is committed with it.
@@ -444,6 +449,22 @@ export class CatalogAdmin {
     });
     this.#options.onCommitted?.(generation);
     return generation;
+  }
+
+  /** The OID of role `name` when this catalog made it with this definition, else null. */
+  async #sameRole(
+    client: pg.PoolClient,
+    workspace: string,
+    datatable: string,
+    name: string,
+    tenants: readonly string[],
+  ): Promise<number | null> {
+    const role = await this.#findRole(client, workspace, name).catch(() => null);
+    if (role === null || role.datatable !== datatable) return null;
+    const { rows } = await client.query<{ tenants: string[] }>(sql.READ_ROLE_TENANTS, [role.oid]);
+    const had = [...(rows[0]?.tenants ?? [])].sort();
+    const asked = [...tenants].sort();
+    return had.length === asked.length && had.every((t, i) => t === asked[i]) ? role.oid : null;
   }
 
   async #findRole(

@@ -1,10 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import type pg from 'pg';
 import { SecretMismatchError } from '../../errors.js';
-import type { PasswordDeriver } from '../logins/passwords.js';
-
-/** The use the check value is derived for: a key of its own, never a password or another MAC. */
-const LABEL = 'secret-check';
 
 /** Records the check value on first use; returns the one the catalog holds (one statement). */
 const RECORD_OR_READ = `
@@ -26,10 +22,10 @@ const UNDEFINED_TABLE = '42P01';
  * its secret key (catalog migration 8); every later one compares its own and refuses to start
  * with E_SECRET_MISMATCH when they differ. Without this a process with another key (one a CLI
  * generated in another folder) took the managed logins back from the others, and they from it,
- * for ever, and distrusted every learned dependency set.
+ * for ever, and distrusted every learned dependency set. `mine` is this process's check value:
+ * a key derived from the secret for this use alone (`passwords.deriveKey('secret-check')`).
  */
-export async function checkSecretKey(pool: pg.Pool, passwords: PasswordDeriver): Promise<void> {
-  const mine = passwords.deriveKey(LABEL);
+export async function checkSecretKey(pool: pg.Pool, mine: Buffer): Promise<void> {
   let recorded: Buffer | undefined;
   try {
     const { rows } = await pool.query<{ check_value: Buffer }>(RECORD_OR_READ, [mine]);

@@ -82,3 +82,15 @@ describe('catalog changes are all-or-nothing', () => {
     expect(await setLoginsHolding(fx.sql, [fx.APAC])).toEqual([]);
   });
 });
+
+describe('createRole, repeated', () => {
+  it('is done already for a role this catalog made with the same definition; refused otherwise', async () => {
+    const admin = fx.datatables.admin;
+    const again = await admin.createRole(WS, 'main', fx.EMEA, { tenants: ['group:emea'] });
+    const emea = (await admin.listRoles(WS)).find((r) => r.name === fx.EMEA);
+    expect(again.oid).toBe(emea?.oid);
+    await expect(
+      admin.createRole(WS, 'main', fx.EMEA, { tenants: ['group:amer'] }),
+    ).rejects.toThrow(/already exists/);
+  });
+});

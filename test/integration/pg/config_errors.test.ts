@@ -104,7 +104,7 @@ describe('configuration errors', () => {
         process.execPath,
         [
           '--import',
-          join(ROOT, 'test/fixtures/loaders/without_fastify.mjs'),
+          join(ROOT, 'test/fixtures/without_fastify.mjs'),
           '--import',
           'tsx',
           join(ROOT, 'src/server/main.ts'),
