@@ -77,6 +77,7 @@ export {
   EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
+  errorClassOf,
   errors,
   InvalidationUnsupportedError,
   InvalidDataError,
@@ -157,7 +158,8 @@ export { redactIdentity } from './logger.js';
 export type { Migration, MigrationPlan } from './pg/migration_runner.js';
 export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
-export { unreachableReason } from './pg/sqlstate.js';
+export { isDataException, unreachableReason } from './pg/sqlstate.js';
+export { withTransaction } from './pg/transaction.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,
@@ -221,6 +223,7 @@ export {
   openTwoTierStore,
   TwoTierCacheStore,
 } from './stores/two_tier_store.js';
+export { sdkTracer, TRACER_NAME } from './tracing.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

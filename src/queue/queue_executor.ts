@@ -2,7 +2,7 @@ import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
-  errors,
+  errorClassOf,
   QueryFailedError,
   QueueResultInvalidError,
   QueueTimeoutError,
@@ -212,12 +212,11 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
 /** A worker's failure: a code it sent, as that code's error; anything else, a lost worker. */
 function failureOf(reason: unknown): ViewerCacheError {
+  // A refused statement travels as `E_QUERY_FAILED:SQLSTATE` (queue_claim.ts).
   const [code, sqlstate] = typeof reason === 'string' ? reason.split(':') : [];
   if (code === QueryFailedError.code) return new QueryFailedError(undefined, { sqlstate });
-  if (code !== undefined && Object.hasOwn(errors, code)) {
-    const Cls = errors[code as keyof typeof errors];
-    return new Cls();
-  }
+  const Coded = errorClassOf(code);
+  if (Coded !== undefined) return new Coded();
   // BullMQ's own reasons (stalled more than allowed, lock lost): the worker died mid-job.
   return new QueueWorkerLostError();
 }

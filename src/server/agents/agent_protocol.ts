@@ -6,7 +6,9 @@
  */
 import {
   ExecutorFailedError,
+  errorClassOf,
   errors,
+  isDataException,
   type Job,
   QueryFailedError,
   type ViewerCacheError,
@@ -46,8 +48,6 @@ export type AgentOutcome =
 
 const CODE_RE = /^E_[A-Z0-9_]{1,48}$/;
 
-const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
-
 /**
  * The failure an agent reported, as the error class of its code when it is one of ours (a
  * refusal keeps its status: E_NO_VIEWER is still a 403), E_INVALID_DATA for a statement's data
@@ -57,13 +57,12 @@ const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
 export function failureOf(code: string, message: string, sqlstate?: string): ViewerCacheError {
   // A statement's data exception (SQLSTATE class 22, e.g. a NUL byte in an argument) is the
   // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
-  if (DATA_EXCEPTION.test(code)) return new errors.E_INVALID_DATA();
+  if (isDataException(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
   // A statement Postgres refused reads as in process: same code, status and SQLSTATE.
   if (code === QueryFailedError.code)
     return new QueryFailedError(text, sqlstate === undefined ? {} : { sqlstate });
-  if (CODE_RE.test(code) && Object.hasOwn(errors, code)) {
-    return new errors[code as keyof typeof errors](text);
-  }
+  const Coded = CODE_RE.test(code) ? errorClassOf(code) : undefined;
+  if (Coded !== undefined) return new Coded(text);
   return new ExecutorFailedError(text);
 }

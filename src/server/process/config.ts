@@ -39,6 +39,13 @@ export interface ServerConfig {
    * deployments whose proxy already logs requests. /metrics counts requests either way.
    */
   readonly accessLog: boolean;
+  /**
+   * The access record (`VIEWER_CACHE_ACCESS_RECORD=on|off`, default off): a row per run in the
+   * server's schema, the viewer as a keyed hash (see process/access_record.ts).
+   */
+  readonly accessRecord: boolean;
+  /** Days the access record keeps a row (`VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS`). */
+  readonly accessRecordRetentionDays: number;
   /** Pretty logs (a TTY), else JSON lines. */
   readonly prettyLogs: boolean;
   /**
@@ -151,6 +158,13 @@ function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
     secretKey: secretKey(env['VIEWER_CACHE_SECRET_KEY']),
     logLevel: oneOf(env['LOG_LEVEL'], 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     accessLog: onOff(env['VIEWER_CACHE_ACCESS_LOG'], 'VIEWER_CACHE_ACCESS_LOG') ?? true,
+    accessRecord: onOff(env['VIEWER_CACHE_ACCESS_RECORD'], 'VIEWER_CACHE_ACCESS_RECORD') ?? false,
+    accessRecordRetentionDays: integer(
+      env['VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS'] || '90',
+      'VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS',
+      1,
+      36_500,
+    ),
     prettyLogs: prettyLogs(oneOf(env['LOG_FORMAT'], 'LOG_FORMAT', ['json', 'pretty'])),
     seedDemo: seedDemo(env),
     appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
