@@ -1,8 +1,12 @@
+export type { DatatablesLint, LintCatalog } from './audit/lint_datatables.js';
+export { lintDatatables } from './audit/lint_datatables.js';
+export type { PolicyFinding, PolicyLint, PolicyLintInput } from './audit/policy_lints.js';
+export { lintPolicies, readsViewerIdentity } from './audit/policy_lints.js';
 export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
-export type { CachedExecutor } from './cache/result_cache.js';
+export type { CachedExecutor, EntryPeek } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
-export type { RawResultCacheOptions } from './cache/result_cache_options.js';
+export type { RawResultCacheOptions, RawSealOptions } from './cache/result_cache_options.js';
 export type {
   CopyBound,
   DatatableClient,
@@ -38,6 +42,8 @@ export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migr
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
+export type { JobExplanation } from './datatable/datatables_explain.js';
+export type { SetLoginInfo } from './datatable/logins/login_gc.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,
@@ -55,7 +61,7 @@ export {
 export type { EmbedClaims, EmbedKeyPair } from './embed/embed_signing.js';
 export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js';
 export type { EmbedViewer } from './embed_viewer.js';
-export type { ErrorCode } from './errors.js';
+export type { ErrorCode, ErrorOptions } from './errors.js';
 export {
   AgentProtocolError,
   AppsModuleInvalidError,
@@ -118,7 +124,13 @@ export type {
   NotStoredReason,
   RejectionReason,
   ResultCacheEvents,
+  TypedEmitter,
 } from './events.js';
+export type {
+  DuckdbAppenderLike,
+  DuckdbConnectionLike,
+  DuckdbInstanceLike,
+} from './executor/duckdb/duckdb_run.js';
 export type {
   DatatableRequest,
   DuckdbModule,
@@ -136,6 +148,7 @@ export type {
   TsRunnable,
 } from './executor/executor.js';
 export { createExecutor } from './executor/executor.js';
+export type { RequiredRole } from './executor/runnable.js';
 export type {
   Job,
   JobExecutor,
@@ -189,6 +202,7 @@ export type {
 } from './queue/queue_job_source.js';
 export { createQueueJobSource } from './queue/queue_job_source.js';
 export { QUEUE_DEFAULTS } from './queue/queue_names.js';
+export type { QueueTakerOptions } from './queue/queue_taker.js';
 export type {
   QueueJobOutcome,
   QueueWorker,
@@ -196,6 +210,7 @@ export type {
 } from './queue/queue_worker.js';
 export { createQueueWorker } from './queue/queue_worker.js';
 export type {
+  JobTokenRedis,
   RawSharedJobTokensOptions,
   SharedJobTokenGrant,
 } from './queue/shared_job_tokens.js';
