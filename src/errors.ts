@@ -259,6 +259,75 @@ export const InvalidDataError = defineError(
 );
 export type InvalidDataError = InstanceType<typeof InvalidDataError>;
 
+/**
+ * Postgres refused a statement a runnable sent (any SQLSTATE outside class 22, which is
+ * {@link InvalidDataError}): a syntax error, a denied `delete`, a constraint. It reads the same
+ * in process and on an agent: `sqlstate` is Postgres's code; the status is 403 when Postgres
+ * refused the viewer's privileges (42501: a grant or a row-security policy), else 500 (the
+ * runnable's fault). The message names the runnable and quotes Postgres; servers show callers
+ * only the default message and the SQLSTATE.
+ */
+export class QueryFailedError extends ViewerCacheError {
+  static override readonly code = 'E_QUERY_FAILED' as const;
+  /** The message used when none is given; safe to show to anyone. */
+  static readonly defaultMessage = 'the database refused a statement of the runnable';
+  declare readonly code: 'E_QUERY_FAILED';
+  /** Postgres's SQLSTATE (five characters); `XX000` when the reporter did not say. */
+  readonly sqlstate: string;
+  constructor(
+    message: string = QueryFailedError.defaultMessage,
+    options: ErrorOptions & { sqlstate?: string } = {},
+  ) {
+    const sqlstate =
+      options.sqlstate !== undefined && SQLSTATE_RE.test(options.sqlstate)
+        ? options.sqlstate
+        : 'XX000';
+    super(message, {
+      ...options,
+      code: 'E_QUERY_FAILED',
+      status: sqlstate === INSUFFICIENT_PRIVILEGE ? 403 : 500,
+    });
+    this.sqlstate = sqlstate;
+  }
+}
+const SQLSTATE_RE = /^[0-9A-Z]{5}$/;
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/** A runnable returned a value JSON cannot carry (BigInt, cycle, …): nothing to cache or send. */
+export const ResultNotJsonError = defineError(
+  'E_RESULT_NOT_JSON',
+  'ResultNotJsonError',
+  'the runnable returned a value that is not JSON (BigInt, cycle, …): return plain JSON data',
+  500,
+);
+export type ResultNotJsonError = InstanceType<typeof ResultNotJsonError>;
+
+/**
+ * The secret key this process was given is not the one the catalog recorded at first use
+ * (catalog migration 8 keeps an HMAC check value, never the key): another deployment's key, or a
+ * key generated in another folder. Start every server, worker and CLI of one DATABASE_URL with
+ * the same VIEWER_CACHE_SECRET_KEY.
+ */
+export const SecretMismatchError = defineError(
+  'E_SECRET_MISMATCH',
+  'SecretMismatchError',
+  'this secret key is not the one this database was first used with: start every process of the deployment with the same key (VIEWER_CACHE_SECRET_KEY)',
+  500,
+);
+export type SecretMismatchError = InstanceType<typeof SecretMismatchError>;
+
+/**
+ * A setting was not understood (an environment variable, a command-line flag): refused at
+ * start, never ignored. The message names the setting and the values it accepts; the CLI exits 2.
+ */
+export const ConfigError = defineError(
+  'E_CONFIG',
+  'ConfigError',
+  'a setting was not understood',
+  500,
+);
+export type ConfigError = InstanceType<typeof ConfigError>;
+
 /** A policy or runnable read a viewer attribute the viewer was not given (SQLSTATE VC402). */
 export const NoViewerAttributeError = defineError(
   'E_NO_VIEWER_ATTRIBUTE',
@@ -541,6 +610,10 @@ export const errors = {
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,
   E_APPS_MODULE_INVALID: AppsModuleInvalidError,
   E_POOLER_UNSAFE: PoolerUnsafeError,
+  E_QUERY_FAILED: QueryFailedError,
+  E_RESULT_NOT_JSON: ResultNotJsonError,
+  E_SECRET_MISMATCH: SecretMismatchError,
+  E_CONFIG: ConfigError,
 } as const;
 
 export type ErrorCode = keyof typeof errors;

@@ -31,6 +31,7 @@ import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
 import { type RulesMode, RulesWatch } from './catalog/rules_watch.js';
+import { checkSecretKey } from './catalog/secret_check.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { explainJob, type JobExplanation } from './datatables_explain.js';
@@ -236,6 +237,8 @@ class DatatableService implements Datatables {
         );
     }
     if (options.migrate) await migrateCatalog(this.#pool);
+    // A key of its own for this use: never a password or another MAC.
+    await checkSecretKey(this.#pool, options.passwords.deriveKey('secret-check'));
     await this.#snapshot.start();
     await this.#rules.start();
   }

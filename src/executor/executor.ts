@@ -16,7 +16,10 @@ import {
   DatatableUnavailableError,
   ExecutorFailedError,
   ExecutorTimeoutError,
+  InvalidDataError,
   InvalidJobError,
+  QueryFailedError,
+  ResultNotJsonError,
   RoleRequiredError,
   UnknownRunnableError,
   ViewerCacheError,
@@ -268,7 +271,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
           }, timeoutMs);
         });
         const value = await Promise.race([work, timeout]);
-        return new ComputedResult(job.id, value);
+        return jsonResult(job, value);
       } catch (thrown) {
         const err = coerceError(thrown);
         logger.debug(
@@ -282,6 +285,8 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         );
         // Refusals keep their own code (E_NO_VIEWER, …) so callers can tell them apart.
         if (err instanceof ViewerCacheError) throw err;
+        const refused = statementRefusal(job, err);
+        if (refused !== null) throw refused;
         throw new ExecutorFailedError(`runnable ${job.runnable.path} failed: ${err.message}`, {
           cause: err,
         });
@@ -298,6 +303,47 @@ export function createExecutor(options: RawExecutorOptions): Executor {
     },
   };
   return executor;
+}
+
+/**
+ * The result, serialised once here (the cache and the server need its bytes anyway, and the
+ * bytes are kept): a value JSON cannot carry is the runnable's coded failure, naming it,
+ * instead of an uncoded fault wherever the bytes are first asked for.
+ */
+function jsonResult(job: Job, value: unknown): ComputedResult {
+  const result = new ComputedResult(job.id, value);
+  try {
+    result.json();
+  } catch (err) {
+    throw new ResultNotJsonError(
+      `runnable ${job.runnable.path} returned a value that is not JSON (${(err as Error).name}: BigInt, a cycle, …): return plain JSON data`,
+      { cause: err },
+    );
+  }
+  return result;
+}
+
+/** SQLSTATE class 22 (data exception): the request's value, not the runnable's statement. */
+const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
+
+/**
+ * A statement Postgres refused that the runnable let through (a pg DatabaseError, or the
+ * agent proxy's error in the same shape: `severity` and a five-character SQLSTATE), as a coded
+ * error that reads the same in process and on an agent; null for anything else.
+ */
+function statementRefusal(job: Job, err: Error): ViewerCacheError | null {
+  const sqlstate = (err as { code?: unknown }).code;
+  if (!('severity' in err) || typeof sqlstate !== 'string' || !/^[0-9A-Z]{5}$/.test(sqlstate))
+    return null;
+  if (DATA_EXCEPTION.test(sqlstate))
+    return new InvalidDataError(
+      `the database refused a value in this request (SQLSTATE ${sqlstate})`,
+      { cause: err },
+    );
+  return new QueryFailedError(
+    `runnable ${job.runnable.path}: the database refused a statement (SQLSTATE ${sqlstate}): ${err.message}`,
+    { sqlstate, cause: err },
+  );
 }
 
 /** A job's perms: who it runs as, its viewer and role scope, both recorded from its origin. */

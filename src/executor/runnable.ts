@@ -6,6 +6,7 @@ import {
   datatableRefOf,
   parseDatatableRef,
 } from '../connector/datatable_ref.js';
+import { InvalidDatatableRefError } from '../errors.js';
 import { parseDuckdbScript } from './duckdb/duckdb_script.js';
 
 /** What a TypeScript runnable receives beside its args. */
@@ -148,7 +149,14 @@ export function versionOf(path: string, definition: RunnableDefinition): string 
     if (typeof definition.sql !== 'string' || typeof definition.database !== 'string') {
       throw new TypeError(`runnable ${path}: a SQL runnable needs sql and database strings`);
     }
-    parseDatatableRef(definition.database); // refuse a bad reference at registration, not at run
+    // Refuse a bad reference at registration, not at run, naming the runnable that has it.
+    try {
+      parseDatatableRef(definition.database);
+    } catch (err) {
+      if (err instanceof InvalidDatatableRefError)
+        throw new InvalidDatatableRefError(`runnable ${path}: ${err.message}`, { cause: err });
+      throw err;
+    }
     return hash(
       'sha256',
       JSON.stringify([definition.database, definition.sql, definition.params ?? []]),

@@ -48,8 +48,10 @@ export async function claimQueuedJob(
 
 /** The code a failure travels as: ours, or E_EXECUTOR_FAILED (Redis keeps reasons in clear). */
 export function queueFailureCode(thrown: unknown): string {
-  const err = coerceError(thrown) as Error & { code?: unknown };
-  return typeof err.code === 'string' && /^E_[A-Z_]+$/.test(err.code)
-    ? err.code
-    : 'E_EXECUTOR_FAILED';
+  const err = coerceError(thrown) as Error & { code?: unknown; sqlstate?: unknown };
+  if (typeof err.code !== 'string' || !/^E_[A-Z_]+$/.test(err.code)) return 'E_EXECUTOR_FAILED';
+  // A refused statement keeps its SQLSTATE (a code, never data): `E_QUERY_FAILED:42501`.
+  return typeof err.sqlstate === 'string' && /^[0-9A-Z]{5}$/.test(err.sqlstate)
+    ? `${err.code}:${err.sqlstate}`
+    : err.code;
 }

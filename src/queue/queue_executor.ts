@@ -3,6 +3,7 @@ import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
   errorClassOf,
+  QueryFailedError,
   QueueResultInvalidError,
   QueueTimeoutError,
   QueueUnavailableError,
@@ -230,7 +231,10 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
 /** A worker's failure: a code it sent, as that code's error; anything else, a lost worker. */
 function failureOf(reason: unknown): ViewerCacheError {
-  const Coded = errorClassOf(reason);
+  // A refused statement travels as `E_QUERY_FAILED:SQLSTATE` (queue_claim.ts).
+  const [code, sqlstate] = typeof reason === 'string' ? reason.split(':') : [];
+  if (code === QueryFailedError.code) return new QueryFailedError(undefined, { sqlstate });
+  const Coded = errorClassOf(code);
   if (Coded !== undefined) return new Coded();
   // BullMQ's own reasons (stalled more than allowed, lock lost): the worker died mid-job.
   return new QueueWorkerLostError();

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { StoreNotReadyError, StoreUnavailableError } from '../errors.js';
 import { EpochView, fieldOf, formatTag, newIncarnation, parseField } from './epoch_view.js';
+import { isCluster } from './redis_client.js';
 import type { CacheInvalidation, InvalidationScope } from './store.js';
 
 /**
@@ -90,19 +91,18 @@ export class RedisInvalidationBus implements CacheInvalidation {
     const client = this.#client;
     this.connectionName = `viewer-cache:invalidations:${randomBytes(4).toString('hex')}`;
     // One more connection, for subscribing: a subscribed connection can issue no other commands.
-    this.#subscriber =
-      client instanceof Cluster
-        ? client.duplicate(undefined, {
-            enableOfflineQueue: true,
-            redisOptions: { ...client.options.redisOptions, connectionName: this.connectionName },
-          })
-        : client.duplicate({
-            connectionName: this.connectionName,
-            enableOfflineQueue: true,
-            maxRetriesPerRequest: null,
-            lazyConnect: false,
-            retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 2000),
-          });
+    this.#subscriber = isCluster(client)
+      ? client.duplicate(undefined, {
+          enableOfflineQueue: true,
+          redisOptions: { ...client.options.redisOptions, connectionName: this.connectionName },
+        })
+      : client.duplicate({
+          connectionName: this.connectionName,
+          enableOfflineQueue: true,
+          maxRetriesPerRequest: null,
+          lazyConnect: false,
+          retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 2000),
+        });
     const subscriber = this.#subscriber;
     // Every failure is a 'close' too, which unconfirms (and ends the opening attempt).
     subscriber.on('error', (err: unknown) => {

@@ -1,7 +1,8 @@
-import { Cluster, Command, Redis } from 'ioredis';
+import { type Cluster, Command, Redis } from 'ioredis';
 import { type Duration, resolveDuration } from '../duration.js';
 import { StoreUnavailableError } from '../errors.js';
 import { DeadlineQueue } from './deadline_queue.js';
+import { isIoredisClient } from './redis_client.js';
 import type { CacheStore } from './store.js';
 
 export interface RawRedisCacheStoreOptions {
@@ -87,11 +88,13 @@ export class RedisCacheStore implements CacheStore {
         };
         client.on('ready', attempted).on('close', attempted).on('end', attempted);
       });
-    } else if (redis instanceof Redis || redis instanceof Cluster) {
+    } else if (isIoredisClient(redis)) {
       this.#client = redis;
       this.#owned = false;
     } else {
-      throw new TypeError('redis must be a redis:// URL, an ioredis Redis or an ioredis Cluster');
+      throw new TypeError(
+        'redis must be a redis:// URL, or an ioredis (5.x or 6.x) Redis or Cluster client',
+      );
     }
     this.#deadlines = new DeadlineQueue(this.#timeoutMs);
   }
@@ -112,6 +115,8 @@ export class RedisCacheStore implements CacheStore {
     }
     if (this.#smallReplies) this.#batchThisTurn();
     const client = this.#client;
+    // The direct path builds ioredis's Command itself: only for a client of the same ioredis as
+    // this module (ioredis is a peer: normally the one there is).
     if (client instanceof Redis && !client.options.enableAutoPipelining)
       return this.#getDirect(client, k);
     return this.#bounded(client.getBuffer(k), 'get');
@@ -180,8 +185,8 @@ export class RedisCacheStore implements CacheStore {
     }
     if (this.#corked !== null) return;
     const client = this.#client;
-    if (!(client instanceof Redis) || client.status !== 'ready') return;
-    const stream = client.stream;
+    if (client.isCluster || client.status !== 'ready') return;
+    const stream = (client as Redis).stream;
     if (!stream.writable) return;
     stream.cork();
     this.#corked = stream;

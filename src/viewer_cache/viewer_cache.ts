@@ -11,6 +11,7 @@ import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { MemoryCacheStore } from '../stores/memory_store.js';
 import type { CacheStore, InvalidationScope } from '../stores/store.js';
+import { checkKnownKeys } from '../util/known_keys.js';
 
 /** One of your functions: args in, a JSON-serialisable result out. */
 export type ViewerFunction = (
@@ -102,8 +103,34 @@ export interface ViewerCache {
  * TTL: the wrapper builds the job, records the viewer from the origin, derives the bytes and
  * keys the entry (`withResultCache` underneath, with every guarantee it gives).
  */
+const OPTION_KEYS = [
+  'functions',
+  'executor',
+  'ttl',
+  'store',
+  'datatables',
+  'seal',
+  'workspace',
+  'runAs',
+  'logger',
+] as const satisfies readonly (keyof RawViewerCacheOptions)[];
+
+/**
+ * A `ttl` with its unit (`'60s'`, `'500ms'`, `'5m'`). A bare number is refused: a job's
+ * `cacheTtlS` counts seconds and the library's other durations milliseconds, so `ttl: 60` could
+ * mean a minute or 60 ms — it used to mean the latter, silently.
+ */
+function resolveTtl(ttl: Duration): number {
+  if (typeof ttl === 'number' && ttl !== 0)
+    throw new TypeError(
+      `ttl must be a string with its unit, like '60s', '500ms' or '5m' (got the bare number ${ttl}: seconds or milliseconds?)`,
+    );
+  return resolveDuration(ttl, 'ttl');
+}
+
 export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
   if (options === null || typeof options !== 'object') throw new TypeError('options are required');
+  checkKnownKeys(options, OPTION_KEYS, 'createViewerCache');
   const { functions, executor } = options;
   if ((functions === undefined) === (executor === undefined)) {
     throw new TypeError('give exactly one of functions (a map of async functions) or executor');
@@ -115,7 +142,7 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
   ) {
     throw new TypeError('executor must be a function (job) => result, or have a run(job) method');
   }
-  const defaultTtlMs = options.ttl === undefined ? null : resolveDuration(options.ttl, 'ttl');
+  const defaultTtlMs = options.ttl === undefined ? null : resolveTtl(options.ttl);
   const workspace = options.workspace ?? 'default';
   const runAs = options.runAs ?? 'app';
   const logger = options.logger ?? silentLogger;
@@ -145,7 +172,7 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
 
   /** The TTL in seconds, or undefined (counted, warned once per path). */
   const ttlOf = (run: ViewerRun): number | undefined => {
-    const ms = run.ttl === undefined ? defaultTtlMs : resolveDuration(run.ttl, 'ttl');
+    const ms = run.ttl === undefined ? defaultTtlMs : resolveTtl(run.ttl);
     if (ms !== null && ms > 0) return ms / 1000;
     untimedRuns++;
     if (!warned.has(run.path)) {

@@ -29,7 +29,16 @@ export class AgentProcess {
     };
     this.#child = spawn(
       process.execPath,
-      ['--import', 'tsx', MAIN, 'worker', '--agent', '--demo', ...args],
+      // `--apps PATH` in `args` runs that module instead of the demo's.
+      [
+        '--import',
+        'tsx',
+        MAIN,
+        'worker',
+        '--agent',
+        ...(args.includes('--apps') ? [] : ['--demo']),
+        ...args,
+      ],
       {
         cwd: ROOT,
         env: own,

@@ -34,7 +34,10 @@ export function expectRefused(
   code: string,
 ): void {
   expect(answer.status, answer.text).toBe(status);
-  expect(answer.json).toEqual({ error: { code, message: expect.any(String) } });
+  // A refused run also names its job (`jobId`), the id its failure line carries.
+  const { jobId, ...rest } = answer.json as { jobId?: unknown };
+  expect(rest).toEqual({ error: { code, message: expect.any(String) } });
+  if (jobId !== undefined) expect(jobId).toMatch(/^[0-9a-f-]{36}$/);
   expect(answer.headers.get('x-viewer-cache')).toBeNull();
   expectNoSecrets(secrets, answer.text);
   // No stack trace, source location or internal detail.

@@ -138,6 +138,8 @@ export interface RequestOptions {
   body?: unknown;
   raw?: string;
   contentType?: string;
+  /** More request headers. */
+  headers?: Record<string, string>;
 }
 
 /** One HTTP request to `baseUrl`, its body read as text and (when it is) JSON. */
@@ -147,7 +149,7 @@ export async function httpRequest(
   path: string,
   options: RequestOptions = {},
 ): Promise<Answer> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...options.headers };
   if (options.token !== undefined) headers['authorization'] = `Bearer ${options.token}`;
   let body: string | undefined;
   if (options.raw !== undefined || options.body !== undefined) {

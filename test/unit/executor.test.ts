@@ -416,3 +416,15 @@ describe('executor: leases are released however the job ends', () => {
     expect(connector.releases).toEqual([false]);
   });
 });
+
+describe('a bad data-table reference at registration', () => {
+  it('is E_INVALID_DATATABLE_REF naming the runnable', () => {
+    expect(() =>
+      createExecutor({
+        runnables: {
+          'f/bad_ref': { kind: 'sql', sql: 'select 1', database: 'datatable://main?as=nobody' },
+        },
+      }),
+    ).toThrow(/^runnable f\/bad_ref: /);
+  });
+});

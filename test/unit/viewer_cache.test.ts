@@ -37,7 +37,7 @@ describe('createViewerCache', () => {
   it('hands your executor a job whose viewer comes from the origin, never from args', async () => {
     const seen: Job[] = [];
     const cache = createViewerCache({
-      ttl: 60_000,
+      ttl: '60s',
       workspace: 'acme',
       executor: async (job: Job) => {
         seen.push(job);
@@ -96,5 +96,25 @@ describe('createViewerCache', () => {
     expect(() =>
       createViewerCache({ functions: { 'f/a': () => 1 }, ttl: 'soon' as never }),
     ).toThrow(/ttl/);
+  });
+
+  it('refuses an option key it does not know, naming it', () => {
+    expect(() => createViewerCache({ executor: async () => 1, stor: undefined } as never)).toThrow(
+      TypeError,
+    );
+    expect(() => createViewerCache({ executor: async () => 1, stor: undefined } as never)).toThrow(
+      /unknown option "stor"/,
+    );
+  });
+
+  it('refuses a bare number as ttl (seconds or milliseconds?), in the wrapper and in a run', async () => {
+    expect(() => createViewerCache({ functions: { 'f/a': () => 1 }, ttl: 60 })).toThrow(
+      /ttl must be a string with its unit/,
+    );
+    const cache = createViewerCache({ functions: { 'f/a': () => 1 }, ttl: '60s' });
+    await expect(async () =>
+      cache.run({ path: 'f/a', origin: { kind: 'trigger' }, ttl: 60 }),
+    ).rejects.toThrow(/ttl must be a string with its unit/);
+    await cache.close();
   });
 });

@@ -114,18 +114,20 @@ export class CatalogAdmin {
     if (typeof options?.database !== 'string' || options.database.length === 0) {
       throw new CatalogError('database must name the Postgres database of the data table');
     }
-    const change = await this.#change(async (client) => {
-      await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
-    });
+    // What the data table depends on first (its database reachable, the viewer-identity
+    // functions installable there: idempotent), the registration after: a change that fails
+    // leaves the catalog as it was, and no workspace is left with a data table nobody can use.
     try {
       await this.#options.onDatatableCreated?.(options.database);
     } catch (err) {
       throw new CatalogError(
-        `data table ${name} registered, but the viewer-identity functions could not be installed in its database; grant the library's role CREATE there and retry`,
+        `data table ${name} not registered: ${unpreparedReason(err, options.database)}`,
         { cause: err, datatable: name },
       );
     }
-    return change;
+    return this.#change(async (client) => {
+      await client.query(sql.INSERT_DATATABLE, [workspace, name, options.database]);
+    });
   }
 
   /** The role plain `datatable://NAME` connects as; `null` refuses such references. */
@@ -166,13 +168,18 @@ export class CatalogAdmin {
       const found = await client.query(sql.READ_DATATABLE, [workspace, datatable]);
       if (found.rows.length === 0) throw new UnknownDatatableError();
       const ident = pg.escapeIdentifier(name);
+      await client.query('savepoint create_role');
       try {
         await client.query(`create role ${ident} with nologin`);
       } catch (err) {
-        if (isRoleNameTaken(err)) {
-          throw new CatalogError(`a Postgres role named ${name} already exists`);
-        }
-        throw err;
+        if (!isRoleNameTaken(err)) throw err;
+        await client.query('rollback to savepoint create_role');
+        // The same role, made by this catalog with the same definition: done already, as
+        // createDatatable and addMembership are (a setup script may run twice).
+        const same = await this.#sameRole(client, workspace, datatable, name, tenants);
+        if (same === null) throw new CatalogError(`a Postgres role named ${name} already exists`);
+        oid = same;
+        return;
       }
       oid = Number((await client.query<{ oid: number }>(READ_ROLE_OID, [name])).rows[0]!.oid);
       // The password is tied to the OID, which only exists now; the role is committed with it.
@@ -289,6 +296,10 @@ export class CatalogAdmin {
     kind: MembershipKind,
     name: string,
   ): Promise<CatalogChange> {
+    // A member is a person the server records as a viewer: a typo here would never match one.
+    // (Removing still takes any string, so a bad row written before this check can go.)
+    if (typeof email !== 'string' || !EMAIL_RE.test(email))
+      throw new CatalogError('a member must be an email address (name@domain)');
     return this.#membership(sql.ADD_MEMBERSHIP, workspace, email, kind, name);
   }
 
@@ -445,6 +456,22 @@ export class CatalogAdmin {
     return generation;
   }
 
+  /** The OID of role `name` when this catalog made it with this definition, else null. */
+  async #sameRole(
+    client: pg.PoolClient,
+    workspace: string,
+    datatable: string,
+    name: string,
+    tenants: readonly string[],
+  ): Promise<number | null> {
+    const role = await this.#findRole(client, workspace, name).catch(() => null);
+    if (role === null || role.datatable !== datatable) return null;
+    const { rows } = await client.query<{ tenants: string[] }>(sql.READ_ROLE_TENANTS, [role.oid]);
+    const had = [...(rows[0]?.tenants ?? [])].sort();
+    const asked = [...tenants].sort();
+    return had.length === asked.length && had.every((t, i) => t === asked[i]) ? role.oid : null;
+  }
+
   async #findRole(
     client: pg.Pool | pg.PoolClient,
     workspace: string,
@@ -463,6 +490,19 @@ function checkWorkspace(workspace: string): void {
     throw new CatalogError('workspace must be a short identifier ([A-Za-z0-9_.-])');
   }
 }
+
+/** Why a data table's database could not be prepared, in words an operator can act on. */
+function unpreparedReason(err: unknown, database: string): string {
+  const code = (err as { code?: unknown }).code;
+  const quoted = JSON.stringify(database);
+  if (code === '3D000') return `there is no database ${quoted} on this server`;
+  if (code === '42501')
+    return `the viewer-identity functions could not be installed in database ${quoted}: grant the library's role CREATE there and retry`;
+  return `database ${quoted} could not be prepared (${(err as Error).message ?? 'unknown error'})`;
+}
+
+/** An email address as far as membership needs: one `@`, something on each side, no spaces. */
+const EMAIL_RE = /^[^\s@]+@[^\s@]+$/;
 
 function checkMembership(
   workspace: string,

@@ -188,7 +188,25 @@ const MIGRATIONS: readonly Migration[] = [
       CREATE_RULES_TRIGGERS,
     ],
   },
+  {
+    version: 8,
+    name: 'secret key check',
+    statements: [
+      // One row: a check value of the deployment's secret key (a keyed hash of a fixed label,
+      // never the key), recorded by the first process that opens the catalog. A process started
+      // with another key is refused (secret_check.ts) instead of taking the logins back.
+      `create table viewer_cache.secret_check (
+        only_row boolean primary key default true check (only_row),
+        check_value bytea not null,
+        created_at timestamptz not null default now()
+      )`,
+      'revoke all on viewer_cache.secret_check from public',
+    ],
+  },
 ];
+
+/** Every version this build knows, ascending (numbers reserved by other changes may be missing). */
+export const CATALOG_VERSIONS: readonly number[] = MIGRATIONS.map((m) => m.version);
 
 /** The newest migration version this build knows. */
 export const LATEST_CATALOG_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

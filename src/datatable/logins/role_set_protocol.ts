@@ -328,6 +328,23 @@ export class RoleSetProtocol {
   }
 
   /**
+   * `drop owned` in one data-table database. A database that no longer exists (a registration
+   * whose database was dropped, in any workspace) holds nothing of the login's: skipped with a
+   * warning, so one workspace's broken registration never stops another's retire.
+   */
+  async #dropOwnedIn(database: string, ident: string): Promise<void> {
+    try {
+      await this.#inDatabase(database, `drop owned by ${ident}`);
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== INVALID_CATALOG_NAME) throw err;
+      this.#logger.warn(
+        { database },
+        'a data table names a database that does not exist: nothing to drop there',
+      );
+    }
+  }
+
+  /**
    * Retires a set login: row deleted (own commit), then NOLOGIN, sessions terminated, owned
    * objects and privileges dropped in each data-table database, login dropped. Safe to repeat;
    * a crash at any step leaves no row naming a login that cannot authenticate.
@@ -346,8 +363,7 @@ export class RoleSetProtocol {
         await this.#step('terminate-backends', login);
         await client.query(TERMINATE_BACKENDS, [login]);
         await this.#step('drop-owned', login);
-        for (const database of new Set(databases))
-          await this.#inDatabase(database, `drop owned by ${ident}`);
+        for (const database of new Set(databases)) await this.#dropOwnedIn(database, ident);
         await this.#step('drop-login', login);
         await client.query(`drop role if exists ${ident}`);
         // A session that was still starting when the sessions were ended (authenticated before
@@ -387,6 +403,9 @@ export class RoleSetProtocol {
     await this.#options.beforeStep?.(step, login);
   }
 }
+
+/** SQLSTATE of a connection to a database that does not exist. */
+const INVALID_CATALOG_NAME = '3D000';
 
 /** Clears every per-role setting of `login` (all databases): `DISCARD ALL` does not. */
 export async function resetSettings(client: pg.ClientBase, login: string): Promise<void> {

@@ -124,7 +124,7 @@ export class InProcessAgentDispatch implements AgentDispatch {
     if (pending.job.workspace !== agent.workspace) return false;
     this.#drop(pending, agent.group);
     if (outcome.ok) pending.resolve(outcome.value);
-    else pending.reject(failureOf(outcome.code, outcome.message));
+    else pending.reject(failureOf(outcome.code, outcome.message, outcome.sqlstate));
     return true;
   }
 

@@ -10,6 +10,7 @@ import {
   errors,
   isDataException,
   type Job,
+  QueryFailedError,
   type ViewerCacheError,
 } from '../../index.js';
 
@@ -37,7 +38,13 @@ export interface TakenJob {
 /** How an agent ended a job: its value, or the code (and a short message) of its failure. */
 export type AgentOutcome =
   | { readonly ok: true; readonly value: unknown }
-  | { readonly ok: false; readonly code: string; readonly message: string };
+  | {
+      readonly ok: false;
+      readonly code: string;
+      readonly message: string;
+      /** With E_QUERY_FAILED: the SQLSTATE of the statement Postgres refused. */
+      readonly sqlstate?: string;
+    };
 
 const CODE_RE = /^E_[A-Z0-9_]{1,48}$/;
 
@@ -47,11 +54,14 @@ const CODE_RE = /^E_[A-Z0-9_]{1,48}$/;
  * exception, else E_EXECUTOR_FAILED. The agent's
  * text is capped and never logged above debug (it may echo the runnable's data).
  */
-export function failureOf(code: string, message: string): ViewerCacheError {
+export function failureOf(code: string, message: string, sqlstate?: string): ViewerCacheError {
   // A statement's data exception (SQLSTATE class 22, e.g. a NUL byte in an argument) is the
   // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
   if (isDataException(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
+  // A statement Postgres refused reads as in process: same code, status and SQLSTATE.
+  if (code === QueryFailedError.code)
+    return new QueryFailedError(text, sqlstate === undefined ? {} : { sqlstate });
   const Coded = CODE_RE.test(code) ? errorClassOf(code) : undefined;
   if (Coded !== undefined) return new Coded(text);
   return new ExecutorFailedError(text);

@@ -169,12 +169,13 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       const result = await executor.run(job, { dispatcher });
       await finish(job.id, { ok: true, value: result.value ?? null });
     } catch (thrown) {
-      const err = thrown as { code?: unknown; message?: unknown };
+      const err = thrown as { code?: unknown; message?: unknown; sqlstate?: unknown };
       code = typeof err.code === 'string' ? err.code : 'E_EXECUTOR_FAILED';
       await finish(job.id, {
         ok: false,
         code,
         message: typeof err.message === 'string' ? err.message : '',
+        ...(typeof err.sqlstate === 'string' ? { sqlstate: err.sqlstate } : {}),
       }).catch(() => {});
     } finally {
       clearInterval(beating);

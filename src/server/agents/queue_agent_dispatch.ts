@@ -106,7 +106,7 @@ export class QueueAgentDispatch implements AgentDispatch {
     if (holding.job.workspace !== agent.workspace) return false;
     this.#drop(holding);
     if (outcome.ok) holding.resolve(outcome.value);
-    else holding.reject(failureOf(outcome.code, outcome.message));
+    else holding.reject(failureOf(outcome.code, outcome.message, outcome.sqlstate));
     return true;
   }
 

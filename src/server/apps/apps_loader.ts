@@ -29,7 +29,7 @@ export async function loadAppsModule(source: string, context: AppsContext): Prom
     loaded = (await import(pathToFileURL(file).href)) as { default?: unknown };
   } catch (err) {
     const hint = file.endsWith('.ts')
-      ? ' (a .ts module needs tsx: `npm start -- --apps …`, or compile it to .js)'
+      ? ' (a .ts module needs a TypeScript loader: `npm install tsx`, then `node --import tsx node_modules/.bin/viewer-cache serve --apps …`; or compile it to .js)'
       : '';
     throw new AppsModuleLoadFailedError(
       `the apps module ${file} could not be imported${hint}: ${err instanceof Error ? err.message : String(err)}`,

@@ -15,9 +15,14 @@ import { addGoverningCommands } from './cli_governing.js';
 import { addProcessCommands } from './cli_process.js';
 import { addTokenCommands } from './cli_tokens.js';
 
-/** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
+/**
+ * Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line or the
+ * configuration was wrong (a usage error, a setting not understood, a missing optional peer).
+ */
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
+/** Codes that mean "fix how it was started", exit 2 like a usage error. */
+const CONFIG_CODES = new Set(['E_CONFIG', 'E_AGENT_CONFIG', 'E_PEER_MISSING']);
 
 /** The `viewer-cache` program: global options and every command family. */
 export function buildCli(): Command {
@@ -65,6 +70,11 @@ export async function main(argv: string[]): Promise<number> {
   const program = buildCli();
   // --json holds even when the command line fails to parse (options may not be read yet).
   const json = () => program.opts<GlobalOptions>().json === true || argv.includes('--json');
+  const words = argv.slice(2);
+  if (json() && words.some((word) => word === '--version' || word === '-V')) {
+    process.stdout.write(`${JSON.stringify({ version: packageVersion() })}\n`);
+    return 0;
+  }
   try {
     await program.parseAsync(argv);
     // A command that ran but found something wrong (an audit that failed) says so here.
@@ -94,7 +104,7 @@ export async function main(argv: string[]): Promise<number> {
     } else {
       process.stderr.write(`error: ${code}: ${message}\n`);
     }
-    return EXIT_FAILED;
+    return CONFIG_CODES.has(code) ? EXIT_USAGE : EXIT_FAILED;
   }
 }
 

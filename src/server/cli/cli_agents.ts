@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
-import { ViewerCacheError } from '../../index.js';
+import { ConfigError, ViewerCacheError } from '../../index.js';
 import { checkAgentEnvironment, startAgentWorker } from '../agents/agent_worker.js';
 import { AgentTokens, GROUP_RE } from '../credentials/agent_tokens.js';
 import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
 import { readConfig } from '../process/config.js';
 import { createServerLogger } from '../process/server_logger.js';
-import { output, withCatalog, workspaceOf } from './cli_context.js';
+import { output, table, withCatalog, workspaceOf } from './cli_context.js';
 
 function groupArg(value: string): string {
   if (!GROUP_RE.test(value)) {
@@ -43,9 +43,11 @@ export function addAgentTokenCommands(program: Command): void {
       withCatalog(async ({ pool }) => {
         const rows = await new AgentTokens(pool).list(ws());
         output(program, rows, (list) =>
-          list.length === 0
-            ? '(no agent tokens)'
-            : list.map((r) => `${r.id}\t${r.group}\t${r.createdAt}\t${r.label ?? '-'}`).join('\n'),
+          table(
+            ['ID', 'GROUP', 'CREATED', 'LABEL'],
+            list.map((r) => [r.id, r.group, String(r.createdAt), r.label ?? '-']),
+            '(no agent tokens)',
+          ),
         );
       }),
     );
@@ -119,10 +121,9 @@ export async function runAgentWorker(options: {
   }
   const concurrency = Number(options.concurrency ?? '1');
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) {
-    throw new ViewerCacheError('--concurrency is an integer from 1 to 256', {
-      code: 'E_BAD_REQUEST',
-      status: 400,
-    });
+    throw new ConfigError(
+      `--concurrency must be an integer from 1 to 256 (got ${JSON.stringify(String(options.concurrency).slice(0, 20))})`,
+    );
   }
   const logger = createServerLogger(readConfig({ ...env }));
   // The same apps module as the server (same runnable versions, or the job is refused as

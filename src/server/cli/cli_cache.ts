@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import {
+  ConfigError,
   InvalidationUnsupportedError,
   publishInvalidation,
   StoreUnavailableError,
@@ -48,8 +49,23 @@ export function addCacheCommands(program: Command): void {
     .description('cache counters of a running server')
     .option('--url <url>', 'server URL', `http://127.0.0.1:${process.env['PORT'] ?? 3000}`)
     .action(async (options: { url: string }) => {
-      const response = await fetch(new URL('/api/cache/stats', options.url));
-      if (!response.ok) throw new Error(`the server answered ${response.status}`);
+      let target: URL;
+      try {
+        target = new URL('/api/cache/stats', options.url);
+      } catch {
+        throw new ConfigError('--url must be a server URL, like http://127.0.0.1:3000');
+      }
+      const response = await fetch(target).catch((err: Error) => {
+        throw new ViewerCacheError(
+          `no server answered at ${target.origin} (${(err.cause as { code?: string } | undefined)?.code ?? err.message}): start one with \`viewer-cache serve\`, or pass --url`,
+          { code: 'E_SERVER_UNREACHABLE', status: 503 },
+        );
+      });
+      if (!response.ok)
+        throw new ViewerCacheError(`the server at ${target.origin} answered ${response.status}`, {
+          code: 'E_SERVER_UNREACHABLE',
+          status: 503,
+        });
       const stats = (await response.json()) as Record<string, unknown>;
       output(program, stats, (value) =>
         table(

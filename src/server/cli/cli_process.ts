@@ -1,10 +1,12 @@
 import type { Command } from 'commander';
+import { ConfigError } from '../../index.js';
 import { readConfig } from '../process/config.js';
 import { createServerLogger, exitOnFatal } from '../process/server_logger.js';
 import { closeOnSignals } from '../process/shutdown.js';
 import { printWelcome } from '../start/welcome.js';
 import { runAgentWorker } from './cli_agents.js';
 import type { GlobalOptions } from './cli_context.js';
+import { flagsGiven, importWithPeers } from './cli_peers.js';
 
 interface ServeOptions {
   port?: string;
@@ -38,18 +40,26 @@ export function addProcessCommands(program: Command): void {
     )
     .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
     .action(async (options: ServeOptions) => {
-      const config = readConfig({
-        ...process.env,
-        ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
-        ...(options.port ? { PORT: options.port } : {}),
-        ...(options.host ? { HOST: options.host } : {}),
-        ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-        ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
-        ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
-      });
+      const config = readConfig(
+        {
+          ...process.env,
+          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+          ...(options.port ? { PORT: options.port } : {}),
+          ...(options.host ? { HOST: options.host } : {}),
+          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+          ...(options.execution ? { VIEWER_CACHE_EXECUTION: options.execution } : {}),
+          ...(options.agentGroup ? { VIEWER_CACHE_AGENT_GROUP: options.agentGroup } : {}),
+        },
+        flagsGiven(options, {
+          apps: ['VIEWER_CACHE_APPS', '--apps'],
+          port: ['PORT', '--port'],
+          execution: ['VIEWER_CACHE_EXECUTION', '--execution'],
+          agentGroup: ['VIEWER_CACHE_AGENT_GROUP', '--agent-group'],
+        }),
+      );
       // The server (Fastify, embedded PostgreSQL) loads only for `serve`: a library-only install,
       // without those optional peers, still runs every other command and --version.
-      const { startServer } = await import('../start/serve.js');
+      const { startServer } = await importWithPeers(() => import('../start/serve.js'));
       const logger = createServerLogger(config);
       exitOnFatal(logger);
       // Signals are handled from the start: a SIGTERM while PostgreSQL starts (or migrations
@@ -73,11 +83,20 @@ export function addProcessCommands(program: Command): void {
         if (abort.signal.aborted) logger.info('stopped during start-up');
       }
       if (started !== null) {
+        const json = program.opts<GlobalOptions>().json === true;
+        // The JSON ready line is stdout's (machine-readable, one line); the banner for people
+        // goes to stderr, so stdout stays the log stream it is when it is not a terminal.
         printWelcome(
-          process.stdout,
+          json
+            ? process.stdout
+            : {
+                isTTY: process.stdout.isTTY === true && process.stderr.isTTY === true,
+                write: (text: string) => process.stderr.write(text),
+              },
           started.url,
           started.demoTokens,
-          program.opts<GlobalOptions>().json === true,
+          json,
+          { demo: config.seedDemo && config.appsPath === null },
         );
         await stopped;
       }
@@ -120,13 +139,17 @@ export function addProcessCommands(program: Command): void {
         });
         const concurrency = Number(options.concurrency);
         if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
-          throw new TypeError('--concurrency must be an integer from 1 to 1000');
+          throw new ConfigError(
+            `--concurrency must be an integer from 1 to 1000 (got ${JSON.stringify(options.concurrency.slice(0, 20))})`,
+          );
         const port = options.port === undefined ? undefined : Number(options.port);
         if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
-          throw new TypeError('--port must be a port number');
+          throw new ConfigError(
+            `--port must be an integer between 0 and 65535 (got ${JSON.stringify(String(options.port).slice(0, 20))})`,
+          );
         const lock = process.env['VIEWER_CACHE_WORKER_LOCK_MS'];
         // Loaded on demand, as the server is: other commands need neither.
-        const { startWorker } = await import('../start/worker.js');
+        const { startWorker } = await importWithPeers(() => import('../start/worker.js'));
         const logger = createServerLogger(config);
         exitOnFatal(logger);
         const running = await startWorker(config, logger, {

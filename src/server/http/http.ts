@@ -42,6 +42,8 @@ import {
   runBody,
   workspaceParams,
 } from './http_schemas.js';
+import { requestIdOf } from './request_id.js';
+import { logRunFailure, type RunContext } from './run_failure_log.js';
 
 /** What a child run through the API needs of its parent's job token. */
 type ChildRunGrant = Pick<JobTokenGrant, 'workspace' | 'perms'>;
@@ -111,6 +113,8 @@ export function buildHttpApp(deps: HttpDeps) {
   const requestTimeout = deps.requestTimeoutMs ?? 10_000;
   /** The code of a refused request, for its log line (set only on the error path). */
   const refusals = new WeakMap<FastifyRequest, string>();
+  /** The run a failed request started, for its failure line and the job id in its answer. */
+  const failedRuns = new WeakMap<FastifyRequest, RunContext>();
   const app = Fastify({
     // Typed as Fastify's logger interface so that request loggers can be deferred children.
     loggerInstance: deps.logger as FastifyBaseLogger,
@@ -133,6 +137,9 @@ export function buildHttpApp(deps: HttpDeps) {
       connectionsCheckingInterval: Math.min(1000, Math.ceil(requestTimeout / 4)),
     },
     clientErrorHandler: answerClientError,
+    // The caller's `x-request-id` when it is a sane one (bounded, no control or odd characters),
+    // else one of ours; either way it is in the access line and returned (hook below).
+    genReqId: (raw) => requestIdOf(raw.headers['x-request-id']),
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     ajv: { customOptions: ajvOptions },
     // Router-level refusals (an over-long segment's 414, a malformed URL) in the usual error
@@ -152,17 +159,31 @@ export function buildHttpApp(deps: HttpDeps) {
   // Bodies are JSON only: without this, a text/plain body would reach the routes as a string.
   app.removeContentTypeParser('text/plain');
 
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.raw.setHeader('x-request-id', request.id);
+    done();
+  });
+
   app.setErrorHandler((error: Error, request, reply) => {
-    const { status, code, message } = toHttpError(error);
+    const answer = toHttpError(error);
+    const { status, code, message, sqlstate } = answer;
     refusals.set(request, code);
-    if (status >= 500) {
+    const failedRun = failedRuns.get(request);
+    const body = {
+      ...(failedRun === undefined ? {} : { jobId: failedRun.job.id }),
+      error: { code, message, ...(sqlstate === undefined ? {} : { sqlstate }) },
+    };
+    if (failedRun !== undefined) {
+      logRunFailure(request.log, failedRun, error, answer);
+      request.log.debug({ code, err: error.message }, 'request failure detail');
+    } else if (status >= 500) {
       // A runnable's own error text can echo its args or rows: only the code and the kind of
       // failure at error level; the text itself at debug, for whoever turns that on.
       const cause = error.cause instanceof Error ? error.cause.name : undefined;
       request.log.error({ code, cause }, 'request failed');
       request.log.debug({ code, err: error.message }, 'request failure detail');
     }
-    return reply.status(status).send({ error: { code, message } });
+    return reply.status(status).send(body);
   });
   app.setNotFoundHandler((_request, reply) => {
     setLiveHeaders(reply.raw);
@@ -217,6 +238,8 @@ export function buildHttpApp(deps: HttpDeps) {
       const outcome = err instanceof ViewerCacheError && err.status < 500 ? 'refused' : 'failed';
       metrics.observeJob(code, outcome, seconds);
       if (accessRecord !== undefined) recordAccess(reply, job, outcome, code);
+      const { app: appName } = reply.request.params as { app?: unknown };
+      failedRuns.set(reply.request, typeof appName === 'string' ? { job, app: appName } : { job });
       throw err;
     }
     const outcome = result.fromCache ? 'hit' : 'miss';

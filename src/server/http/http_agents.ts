@@ -61,6 +61,7 @@ const finishBody = {
     value: {},
     code: { type: 'string', minLength: 1, maxLength: 64 },
     message: { type: 'string', maxLength: 2000 },
+    sqlstate: { type: 'string', pattern: '^[0-9A-Z]{5}$' },
   },
 } as const;
 const queryBody = {
@@ -186,7 +187,7 @@ export function registerAgentRoutes(
 
   app.post<{
     Params: { id: string };
-    Body: { ok: boolean; value?: unknown; code?: string; message?: string };
+    Body: { ok: boolean; value?: unknown; code?: string; message?: string; sqlstate?: string };
   }>(
     '/api/agent/jobs/:id/finish',
     {
@@ -196,10 +197,15 @@ export function registerAgentRoutes(
       bodyLimit: deps.resultLimitBytes ?? AGENT_RESULT_LIMIT_BYTES,
     },
     async (request, reply) => {
-      const { ok, value, code, message } = request.body;
+      const { ok, value, code, message, sqlstate } = request.body;
       const outcome: AgentOutcome = ok
         ? { ok: true, value: value ?? null }
-        : { ok: false, code: code ?? 'E_EXECUTOR_FAILED', message: message ?? '' };
+        : {
+            ok: false,
+            code: code ?? 'E_EXECUTOR_FAILED',
+            message: message ?? '',
+            ...(sqlstate === undefined ? {} : { sqlstate }),
+          };
       if (!dispatch.finish(agentOf(request), request.params.id, outcome)) {
         throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
       }

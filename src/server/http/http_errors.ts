@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import { errors, isDataException, ViewerCacheError } from '../../index.js';
+import { errors, isDataException, QueryFailedError, ViewerCacheError } from '../../index.js';
 
 /** An error answer: a stable code and a message safe to show (never data, never identities). */
 export class HttpError extends Error {
@@ -17,6 +17,8 @@ export interface HttpErrorBody {
   readonly status: number;
   readonly code: string;
   readonly message: string;
+  /** A statement Postgres refused (E_QUERY_FAILED): its SQLSTATE, the same in process and on an agent. */
+  readonly sqlstate?: string;
 }
 
 type Thrown = Error & { statusCode?: number; code?: unknown; validation?: unknown };
@@ -85,6 +87,15 @@ export function toHttpError(error: Thrown): HttpErrorBody {
 function codedRefusal(error: unknown): HttpErrorBody | null {
   let current: unknown = error;
   for (let depth = 0; depth < MAX_CAUSE_DEPTH && current instanceof Error; depth++) {
+    if (current instanceof QueryFailedError) {
+      // Postgres's text can quote the statement's values: the code and the SQLSTATE only.
+      return {
+        status: current.status,
+        code: current.code,
+        message: QueryFailedError.defaultMessage,
+        sqlstate: current.sqlstate,
+      };
+    }
     if (current instanceof ViewerCacheError && current.code !== errors.E_EXECUTOR_FAILED.code) {
       // Only a top-level refusal's own message is meant for the caller: a nested one's may quote
       // data from deeper in the job tree, a 5xx's a runnable's text, a data exception's the value.

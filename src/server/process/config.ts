@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { ConfigError } from '../../index.js';
 
 /** How long a per-recipient delivery is kept, by default: 7 days. */
 export const DEFAULT_OUTBOX_RETENTION_MS = 7 * 86_400_000;
@@ -95,12 +96,41 @@ export interface ServerConfig {
   readonly serverUrl: string | null;
 }
 
-export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+/**
+ * The configuration, every value checked: a setting that is not understood is refused with
+ * `E_CONFIG` naming it and the values it accepts, never ignored or defaulted. `flags` names the
+ * command-line flag that set a variable (`{ PORT: '--port' }`), so the message names what the
+ * person typed.
+ */
+export function readConfig(
+  env: NodeJS.ProcessEnv = process.env,
+  flags: Readonly<Record<string, string>> = {},
+): ServerConfig {
+  try {
+    return readConfigOf(env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    const named = Object.entries(flags).find(([variable]) => err.message.startsWith(variable));
+    if (named === undefined) throw err;
+    const [variable, flag] = named;
+    throw new ConfigError(`${flag}${err.message.slice(variable.length)}`);
+  }
+}
+
+/** LOG_LEVEL's accepted values: pino's levels. */
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
   const port = integer(env['PORT'] ?? '3000', 'PORT', 0, 65535);
-  const redisUrl = env['REDIS_URL'] || null;
+  const redisUrl = urlList(
+    env['REDIS_URL'],
+    'REDIS_URL',
+    ['redis:', 'rediss:'],
+    'redis://HOST:PORT',
+  );
   return {
-    databaseUrl: env['DATABASE_URL'] || null,
-    listenUrl: env['VIEWER_CACHE_LISTEN_URL'] || null,
+    databaseUrl: url(env['DATABASE_URL'], 'DATABASE_URL'),
+    listenUrl: url(env['VIEWER_CACHE_LISTEN_URL'], 'VIEWER_CACHE_LISTEN_URL'),
     redisUrl,
     redisCluster: env['REDIS_CLUSTER'] === 'true' || (redisUrl?.includes(',') ?? false),
     redisPrefix: env['VIEWER_CACHE_REDIS_PREFIX'] || 'vc:',
@@ -125,8 +155,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1,
       65535,
     ),
-    secretKey: env['VIEWER_CACHE_SECRET_KEY'] || null,
-    logLevel: env['LOG_LEVEL'] || 'info',
+    secretKey: secretKey(env['VIEWER_CACHE_SECRET_KEY']),
+    logLevel: oneOf(env['LOG_LEVEL'], 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     accessLog: onOff(env['VIEWER_CACHE_ACCESS_LOG'], 'VIEWER_CACHE_ACCESS_LOG') ?? true,
     accessRecord: onOff(env['VIEWER_CACHE_ACCESS_RECORD'], 'VIEWER_CACHE_ACCESS_RECORD') ?? false,
     accessRecordRetentionDays: integer(
@@ -135,9 +165,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
       1,
       36_500,
     ),
-    prettyLogs:
-      env['LOG_FORMAT'] === 'pretty' ||
-      (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),
+    prettyLogs: prettyLogs(oneOf(env['LOG_FORMAT'], 'LOG_FORMAT', ['json', 'pretty'])),
     seedDemo: seedDemo(env),
     appsPath: env['VIEWER_CACHE_APPS'] ? resolve(env['VIEWER_CACHE_APPS']) : null,
     demoRolePrefix: env['VIEWER_CACHE_DEMO_ROLE_PREFIX'] || '',
@@ -202,9 +230,75 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
   };
 }
 
+/** `pretty` or `json` as asked; unset: pretty on a terminal, JSON lines otherwise. */
+function prettyLogs(format: string | undefined): boolean {
+  return format === undefined ? process.stdout.isTTY === true : format === 'pretty';
+}
+
+/** One of `accepted`, or undefined when unset; anything else is refused, naming the variable. */
+function oneOf(raw: string | undefined, name: string, accepted: readonly string[]) {
+  if (raw === undefined || raw === '') return undefined;
+  if (accepted.includes(raw)) return raw;
+  throw new ConfigError(
+    `${name} must be one of ${accepted.join(', ')} (got ${JSON.stringify(raw.slice(0, 40))})`,
+  );
+}
+
+/** A postgres:// URL, or null when unset; anything else is refused before anything connects. */
+function url(raw: string | undefined, name: string): string | null {
+  if (raw === undefined || raw === '') return null;
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(raw);
+  } catch {}
+  if (parsed === null || !['postgres:', 'postgresql:'].includes(parsed.protocol)) {
+    // The value is not echoed: a connection string may carry a password.
+    throw new ConfigError(
+      `${name} must be a postgres:// (or postgresql://) URL, like postgres://USER:PASSWORD@HOST:5432/DATABASE`,
+    );
+  }
+  return raw;
+}
+
+/** A comma-separated list of URLs of these protocols (Cluster nodes), or null when unset. */
+function urlList(
+  raw: string | undefined,
+  name: string,
+  protocols: readonly string[],
+  example: string,
+): string | null {
+  if (raw === undefined || raw === '') return null;
+  for (const node of raw.split(',')) {
+    let parsed: URL | null = null;
+    try {
+      // A Cluster node may be written HOST:PORT, as connections.ts reads it.
+      const entry = node.trim();
+      if (entry.includes('://')) parsed = new URL(entry);
+      else if (/^[^:/\s]+:\d{1,5}$/.test(entry)) parsed = new URL(`${protocols[0]}//${entry}`);
+    } catch {}
+    if (parsed === null || !protocols.includes(parsed.protocol) || parsed.hostname === '') {
+      throw new ConfigError(
+        `${name} must be ${example} (or several, comma-separated, for a Cluster); ${protocols.join(' or ')} URLs only`,
+      );
+    }
+  }
+  return raw;
+}
+
+/** The secret key, at least 32 bytes, or null when unset (never echoed). */
+function secretKey(raw: string | undefined): string | null {
+  if (raw === undefined || raw === '') return null;
+  if (Buffer.byteLength(raw, 'utf8') < 32) {
+    throw new ConfigError(
+      'VIEWER_CACHE_SECRET_KEY must be at least 32 bytes (e.g. 64 hex characters: openssl rand -hex 32)',
+    );
+  }
+  return raw;
+}
+
 function agentGroup(raw: string): string {
   if (/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) return raw;
-  throw new TypeError(
+  throw new ConfigError(
     `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
   );
 }
@@ -213,7 +307,7 @@ function queuePrefix(raw: string | undefined): string {
   if (raw === undefined || raw === '') return '{viewer-cache}';
   // BullMQ's scripts touch several keys of a queue at once: on a Cluster they must share a slot.
   if (!/^\{[A-Za-z0-9_.:-]{1,64}\}$/.test(raw)) {
-    throw new TypeError(
+    throw new ConfigError(
       `VIEWER_CACHE_QUEUE_PREFIX must be a hash tag like {viewer-cache} (got ${JSON.stringify(raw)})`,
     );
   }
@@ -225,7 +319,7 @@ function execution(raw: string | undefined): ServerConfig['execution'] {
   if (raw === undefined || raw === '' || raw === 'in-process' || raw === 'process')
     return 'in-process';
   if (raw === 'queue' || raw === 'agent') return raw;
-  throw new TypeError(
+  throw new ConfigError(
     `VIEWER_CACHE_EXECUTION must be in-process, queue or agent (got ${JSON.stringify(raw)})`,
   );
 }
@@ -237,7 +331,7 @@ function execution(raw: string | undefined): ServerConfig['execution'] {
 function seedDemo(env: NodeJS.ProcessEnv): boolean {
   const asked = flag(env['VIEWER_CACHE_DEMO'], 'VIEWER_CACHE_DEMO');
   if (asked === true && env['VIEWER_CACHE_APPS']) {
-    throw new TypeError(
+    throw new ConfigError(
       'VIEWER_CACHE_APPS (--apps) and VIEWER_CACHE_DEMO (--demo) exclude each other: the server serves your apps or the demo',
     );
   }
@@ -249,7 +343,7 @@ function flag(raw: string | undefined, name: string): boolean | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (raw === 'true' || raw === '1') return true;
   if (raw === 'false' || raw === '0') return false;
-  throw new TypeError(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+  throw new ConfigError(`${name} must be true or false (got ${JSON.stringify(raw)})`);
 }
 
 /** `on`/`off`, or undefined when unset; anything else is refused, naming the variable. */
@@ -257,13 +351,13 @@ function onOff(raw: string | undefined, name: string): boolean | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (raw === 'on') return true;
   if (raw === 'off') return false;
-  throw new TypeError(`${name} must be on or off (got ${JSON.stringify(raw)})`);
+  throw new ConfigError(`${name} must be on or off (got ${JSON.stringify(raw)})`);
 }
 
 function integer(raw: string, name: string, min: number, max: number): number {
   const value = Number(raw);
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new TypeError(
+    throw new ConfigError(
       `${name} must be an integer between ${min} and ${max} (got ${JSON.stringify(raw)})`,
     );
   }

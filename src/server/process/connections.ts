@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import {
   type CacheStore,
+  ConfigError,
   type Logger,
   MemoryCacheStore,
   RedisCacheStore,
@@ -21,6 +22,13 @@ import { redisReadiness } from './store_readiness.js';
 /** The secret key from config, else the one generated into the data folder on first start. */
 export async function loadSecretKey(config: ServerConfig): Promise<string> {
   if (config.secretKey !== null) return config.secretKey;
+  // A key generated here would be this folder's, not the deployment's: a server or a CLI run
+  // in another folder would make its own and fight this one over the logins. Only the embedded
+  // PostgreSQL, which lives in this folder too, keeps a generated key beside it.
+  if (config.databaseUrl !== null)
+    throw new ConfigError(
+      'VIEWER_CACHE_SECRET_KEY is required with DATABASE_URL (the same key for every server, worker and CLI of the deployment; e.g. openssl rand -hex 32): no key is generated for a database this folder did not create',
+    );
   const file = join(config.dataDir, 'secret.key');
   if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
   await mkdir(config.dataDir, { recursive: true, mode: 0o711 });

@@ -42,7 +42,11 @@ export function createServerLogger(
       ...options,
       transport: {
         target: 'pino-pretty',
-        options: { colorize: true, translateTime: 'SYS:HH:MM:ss' },
+        // Colour codes only for a terminal that wants them: a pipe or a file gets plain text.
+        options: {
+          colorize: process.stdout.isTTY === true && !process.env['NO_COLOR'],
+          translateTime: 'SYS:HH:MM:ss',
+        },
       },
     });
   }

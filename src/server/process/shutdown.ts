@@ -17,6 +17,13 @@ export function keepOnlyOwnSignalHandlers(): void {
 
 let handler: ((signal: NodeJS.Signals) => void) | undefined;
 
+/**
+ * A second signal sooner than this after the first is the same stop, delivered twice: one
+ * Ctrl-C reaches the server from the terminal and again from a relay (npm, tsx) at once. Later
+ * than this, it is a person asking again: stop waiting.
+ */
+export const REPEAT_SIGNAL_MS = 1000;
+
 /** Longest a stop may take after SIGINT or SIGTERM before the process gives up waiting. */
 export const SHUTDOWN_DEADLINE_MS = 8000;
 
@@ -24,7 +31,8 @@ export const SHUTDOWN_DEADLINE_MS = 8000;
  * Resolves once SIGINT or SIGTERM (systemd, Docker and Kubernetes stop with SIGTERM) arrived and
  * `close` settled — or `deadlineMs` passed, whatever PostgreSQL or Redis are doing: a dead or
  * hung server underneath must not keep the process alive past the orchestrator's patience (its
- * own kill comes at 10 s by default). A second signal stops waiting at once.
+ * own kill comes at 10 s by default). A second signal stops waiting at once, when it comes
+ * {@link REPEAT_SIGNAL_MS} or more after the first (sooner, it is the same stop delivered twice).
  */
 export function closeOnSignals(
   close: () => Promise<void>,
@@ -33,13 +41,19 @@ export function closeOnSignals(
 ): Promise<void> {
   return new Promise<void>((resolve) => {
     let stopping = false;
+    let firstAt = 0;
     const onSignal = (signal: NodeJS.Signals) => {
+      if (stopping && performance.now() - firstAt < REPEAT_SIGNAL_MS) {
+        logger.debug({ signal }, 'the same stop, delivered again: still shutting down');
+        return;
+      }
       if (stopping) {
         logger.warn({ signal }, 'second signal: not waiting for the shutdown to finish');
         resolve();
         return;
       }
       stopping = true;
+      firstAt = performance.now();
       logger.info({ signal }, 'shutting down');
       const timer = setTimeout(() => {
         logger.warn({ deadlineMs }, 'shutdown deadline passed: exiting without waiting further');

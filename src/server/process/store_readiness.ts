@@ -1,4 +1,4 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /**
  * What `/readyz` reports for the Redis tier: `ok`, or the state that makes runs go uncached.
@@ -11,10 +11,13 @@ import { Cluster, type Redis } from 'ioredis';
  * - `fail`: a master answers but says the Cluster is not serving (`cluster_state:fail`);
  * - the client's own status (`connecting`, `reconnecting`, `end`, …) when it is not ready.
  */
-export function redisReadiness(client: Redis | Cluster, timeoutMs: number): () => Promise<string> {
-  if (!(client instanceof Cluster)) {
+export function redisReadiness(redis: Redis | Cluster, timeoutMs: number): () => Promise<string> {
+  // Told by shape (`isCluster`), not `instanceof`: the client may come from another ioredis.
+  if (!redis.isCluster) {
+    const client = redis as Redis;
     return async () => ((await answer(client.ping(), timeoutMs)) === 'PONG' ? 'ok' : 'down');
   }
+  const client = redis as Cluster;
   return async () => {
     if (client.status !== 'ready') return client.status;
     const masters = client.nodes('master');

@@ -1,5 +1,6 @@
 import { DEMO_PUBLISHER, DEMO_WORKSPACE } from '../demo/demo.js';
 import { CLINIC_USERS, CLINICS_APP } from '../demo/demo_clinics.js';
+import { cliCommand } from './cli_hint.js';
 
 /** Where the welcome goes: a stream that may be a terminal. */
 export interface WelcomeOutput {
@@ -17,7 +18,15 @@ export function printWelcome(
   url: string,
   demoTokens: Readonly<Record<string, string>>,
   json: boolean,
+  options: {
+    /** The demo is served: its curl lines apply. @default true */
+    demo?: boolean;
+    /** How the CLI is run here (cli_hint.ts). @default cliCommand() */
+    cli?: string;
+  } = {},
 ): void {
+  const demo = options.demo ?? true;
+  const cli = options.cli ?? cliCommand();
   const tokens = out.isTTY === true ? demoTokens : {};
   if (json) {
     out.write(`${JSON.stringify({ url, ...(out.isTTY === true ? { tokens } : {}) })}\n`);
@@ -58,7 +67,7 @@ export function printWelcome(
       lines.push(
         "  # one run per provider, each delivered to that provider's outbox only; only the app's",
         '  # publisher (or a workspace admin) may start one, with a token of their own:',
-        `  PUBLISHER_TOKEN=$(viewer-cache --json token create --user ${DEMO_PUBLISHER} | jq -r .token)`,
+        `  PUBLISHER_TOKEN=$(${cli} --json token create --user ${DEMO_PUBLISHER} | jq -r .token)`,
       );
       lines.push(
         post(`apps/${CLINICS_APP}/runs/per-recipient`, '$PUBLISHER_TOKEN', {
@@ -71,15 +80,15 @@ export function printWelcome(
       );
     }
   } else {
+    lines.push(`Make a bearer token with: ${cli} token create --user EMAIL`);
+    if (demo) lines.push('(demo tokens are printed only when stdout is a terminal)');
+  }
+  if (demo) {
+    lines.push('  # anonymous visitor of a public app (refused: no viewer)');
     lines.push(
-      'Make a bearer token with: viewer-cache token create --user EMAIL',
-      '(demo tokens are printed only when stdout is a terminal)',
+      `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/public/apps/orders-public/run -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
     );
   }
-  lines.push('  # anonymous visitor of a public app (refused: no viewer)');
-  lines.push(
-    `  curl -s -X POST ${url}/api/w/${DEMO_WORKSPACE}/public/apps/orders-public/run -H 'content-type: application/json' -d '{"path":"f/orders/list"}'`,
-  );
   lines.push(`  curl -s ${url}/metrics | grep viewer_cache_`, '', 'Ctrl-C stops everything.');
   out.write(`${lines.join('\n')}\n`);
 }

@@ -123,14 +123,16 @@ describe('SET ROLE inside a runnable only narrows', () => {
         () => new Error('not refused'),
         (e: unknown) => e,
       )) as Error & { code?: string; cause?: Error };
-      expect(err.code).toBe('E_EXECUTOR_FAILED');
+      // A statement Postgres refuses: E_QUERY_FAILED with its SQLSTATE (was E_EXECUTOR_FAILED).
+      expect(err).toMatchObject({ code: 'E_QUERY_FAILED', sqlstate: '42501', status: 403 });
       expect(err.cause?.message).toMatch(/permission denied/);
     });
   }
 
   it('a one-role login (alice) cannot switch to another role either', async () => {
     await expect(script(ALICE, [`set role ${ident(fx.AMER)}`])).rejects.toMatchObject({
-      code: 'E_EXECUTOR_FAILED',
+      code: 'E_QUERY_FAILED',
+      sqlstate: '42501',
     });
     const [after] = await script(ALICE, ['probe']);
     expect(after).toMatchObject({ user: fx.EMEA, ids: ROWS['emea'] });

@@ -109,6 +109,7 @@ describe('PostgreSQL down underneath a running server', () => {
     const down = await run();
     expect(down.status).toBe(503);
     expect(down.json).toEqual({
+      jobId: expect.any(String),
       error: { code: 'E_DATATABLE_UNREACHABLE', message: expect.stringContaining('"main"') },
     });
     expect((down.json as { error: { message: string } }).error.message).toMatch(/unreachable/);

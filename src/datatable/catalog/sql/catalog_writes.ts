@@ -30,6 +30,9 @@ export const FIND_ROLE = `
     left join pg_catalog.pg_roles a on a.oid = r.oid
    where r.workspace = $1 and coalesce(a.rolname, r.name) = $2`;
 
+/** A role's tenants, for telling a repeated `createRole` from a conflicting one. */
+export const READ_ROLE_TENANTS = 'select tenants from viewer_cache.role where oid = $1';
+
 export const RENAME_ROLE = 'update viewer_cache.role set name = $2 where oid = $1';
 export const SET_TENANTS = 'update viewer_cache.role set tenants = $2 where oid = $1';
 export const SET_ENABLED =
