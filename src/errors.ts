@@ -366,11 +366,11 @@ export const AgentProtocolError = defineError(
   426,
 );
 export type AgentProtocolError = InstanceType<typeof AgentProtocolError>;
-/** Proxied SQL was refused before it ran: several statements, a role change, or unreadable text. */
+/** Proxied SQL was refused before it ran: not one statement of the kinds the query proxy runs. */
 export const StatementRefusedError = defineError(
   'E_STATEMENT_REFUSED',
   'StatementRefusedError',
-  'the query proxy runs exactly one statement, and never SET ROLE, RESET ROLE or SESSION AUTHORIZATION',
+  'the query proxy runs exactly one SELECT, INSERT, UPDATE, DELETE, MERGE, SHOW or EXPLAIN statement, and never a role change (SET, RESET, set_config, DO, EXECUTE: see docs/agents.md)',
   400,
 );
 export type StatementRefusedError = InstanceType<typeof StatementRefusedError>;
