@@ -440,6 +440,18 @@ export const QueueWorkerLostError = defineError(
   503,
 );
 export type QueueWorkerLostError = InstanceType<typeof QueueWorkerLostError>;
+/**
+ * A miss that no worker or agent could take: none of the job's workspace and group was connected
+ * (within the short wait for one to come back). Fails fast instead of waiting out the job's
+ * timeout, and says it is the fleet, not the runnable.
+ */
+export const NoWorkersError = defineError(
+  'E_NO_WORKERS',
+  'NoWorkersError',
+  'no worker or agent of this workspace and group is connected: start one (or check that they reach this server)',
+  503,
+);
+export type NoWorkersError = InstanceType<typeof NoWorkersError>;
 /** A worker's answer did not open under this run's key (forged, or another job's result). */
 export const QueueResultInvalidError = defineError(
   'E_QUEUE_RESULT_INVALID',
@@ -532,6 +544,7 @@ export const errors = {
   E_QUEUE_TIMEOUT: QueueTimeoutError,
   E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
   E_QUEUE_WORKER_LOST: QueueWorkerLostError,
+  E_NO_WORKERS: NoWorkersError,
   E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
   E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,

@@ -87,6 +87,7 @@ export {
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  NoWorkersError,
   PoolerUnsafeError,
   PythonUnavailableError,
   QueryTimeoutError,

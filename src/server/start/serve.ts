@@ -309,6 +309,7 @@ export async function startServer(
         },
       },
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(config.execution === 'agent' ? { agentGroup: config.agentGroup } : {}),
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,

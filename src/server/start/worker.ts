@@ -14,9 +14,11 @@ import {
   withResultCache,
 } from '../../index.js';
 import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
+import { boundedCheck, READY_CHECK_MS } from '../http/readiness.js';
 import type { ServerConfig } from '../process/config.js';
 import { loadSecretKey, openCacheStore, openQueueRedis } from '../process/connections.js';
 import { createMetrics } from '../process/metrics.js';
+import { redisReadiness } from '../process/store_readiness.js';
 
 export interface WorkerCommandOptions {
   /** Jobs run at once. @default 1 */
@@ -145,10 +147,16 @@ export async function startWorker(
 
     let url: string | null = null;
     if (options.port !== undefined) {
+      const queueState = boundedCheck(redisReadiness(queueRedis, READY_CHECK_MS));
       const http: Server = createServer((request, response) => {
         if (request.url === '/healthz') {
-          response.writeHead(200, { 'content-type': 'application/json' });
-          response.end(JSON.stringify({ ok: true, running: worker.running }));
+          // Alive means able to take jobs: its queue answers (within a bound, one question at
+          // a time however often it is probed).
+          void queueState().then((queue) => {
+            const ok = queue === 'ok';
+            response.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' });
+            response.end(JSON.stringify({ ok, running: worker.running, queue }));
+          });
         } else if (request.url === '/metrics') {
           metrics.registry.metrics().then(
             (text) => {

@@ -358,6 +358,11 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
       VIEWER_CACHE_SERVER_URL: url,
       VIEWER_CACHE_AGENT_TOKEN: await agentToken('worker'),
     });
+    // Misses go to an agent once one is connected (before that: E_NO_WORKERS after a short wait).
+    await pollUntil(
+      async () => (await httpRequest(url, 'GET', '/readyz')).text.includes(`"${WS}/default":`),
+      60_000,
+    );
     const emea = await appRun(demoToken(SECRET_KEY, ALICE), 'f/orders/list');
     expect(emea.status).toBe(200);
     const regionsOf = (result: unknown) =>
