@@ -10,7 +10,6 @@ import {
   type CliResult,
   clearRedisPrefix,
   httpRequest,
-  pollUntil,
   type RequestOptions,
   runCli,
   ServerProcess,
@@ -132,12 +131,6 @@ export class E2eServer {
         },
         this.options.prefix,
         this.options.agentArgs,
-      );
-      // Misses go to the agent once it is connected (/readyz reports it; before, a miss would
-      // wait a few seconds for one and fail E_NO_WORKERS).
-      await pollUntil(
-        async () => (await httpRequest(this.url, 'GET', '/readyz')).text.includes('/default":'),
-        60_000,
       );
     }
     await Promise.all(this.workers.map((worker) => worker.ready));

@@ -75,6 +75,8 @@ export class InProcessAgentDispatch implements AgentDispatch {
   readonly #jobTokens: JobTokens;
   readonly #timeoutMs: number;
   readonly #noAgentWaitMs: number;
+  /** Until then a miss waits for an agent at least that long (the server just started). */
+  readonly #graceUntil: number;
   #ending = false;
   readonly #queued = new Map<string, Pending[]>();
   readonly #waiting = new Map<string, Waiter[]>();
@@ -86,16 +88,23 @@ export class InProcessAgentDispatch implements AgentDispatch {
       timeoutMs: number;
       /** @default {@link NO_AGENT_WAIT_MS} */
       noAgentWaitMs?: number;
+      /**
+       * For this long after the dispatch is made, a miss waits for an agent until then at least
+       * (they start beside the server, or reconnect after its restart). @default 0
+       */
+      startGraceMs?: number;
     },
   ) {
     this.#jobTokens = jobTokens;
     this.#timeoutMs = options.timeoutMs;
     this.#noAgentWaitMs = options.noAgentWaitMs ?? NO_AGENT_WAIT_MS;
+    this.#graceUntil = Date.now() + (options.startGraceMs ?? 0);
   }
 
   async run(job: Job, group: string): Promise<unknown> {
     // No agent to take it: say so now, not after the job's timeout (which blames the runnable).
-    if (!(await this.presence.whenConnected(job.workspace, group, this.#noAgentWaitMs))) {
+    const waitMs = Math.max(this.#noAgentWaitMs, this.#graceUntil - Date.now());
+    if (!(await this.presence.whenConnected(job.workspace, group, waitMs))) {
       throw new NoWorkersError(
         `no agent of group ${group} is connected to this server: start one (worker --agent) with a token of that group`,
       );

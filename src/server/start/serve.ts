@@ -176,7 +176,10 @@ export async function startServer(
       cleanup.push(async () => tokens.stop());
       let dispatch: AgentDispatch;
       if (config.execution === 'agent') {
-        dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+        dispatch = new InProcessAgentDispatch(jobTokens, {
+          timeoutMs: 60_000,
+          startGraceMs: config.agentStartGraceMs,
+        });
       } else {
         // Queue mode: agents take from the queue every server enqueues on, beside (or instead
         // of) database workers; a job they run is cached exactly as a database worker caches it.

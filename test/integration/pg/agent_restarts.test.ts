@@ -71,6 +71,8 @@ beforeAll(async () => {
     VIEWER_CACHE_SCHEDULE_MS: '86400000',
     VIEWER_CACHE_EXECUTION: 'agent',
     VIEWER_CACHE_AGENT_GROUP: 'default',
+    // No start-up grace: a miss with no agent waits the 5 s, not the first minute.
+    VIEWER_CACHE_AGENT_START_GRACE_MS: '0',
     HOST: '127.0.0.1',
     // One address across restarts, as an agent configured with it would reach it.
     PORT: String(await freePort()),
