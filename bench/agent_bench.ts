@@ -1,5 +1,5 @@
 /**
- * Agent workers (issue 20): `npx tsx bench/agent_bench.ts [--quick]` with REDIS_URL (and
+ * Agent workers: `npx tsx bench/agent_bench.ts [--quick]` with REDIS_URL (and
  * DATABASE_URL, else an embedded PostgreSQL). Two reference servers in this process on the demo
  * world — one running misses in process, one with `VIEWER_CACHE_EXECUTION=agent` — and one or
  * two `viewer-cache worker --agent --demo` processes (no database credential); the HTTP client

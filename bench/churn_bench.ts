@@ -33,7 +33,7 @@ export interface ChurnRow {
   readonly hitRatio: number;
 }
 
-/** The README table: both hit ratios, and their ratio against SPEC's target. */
+/** The benchmarks table (docs/benchmarks.md): both hit ratios, and their ratio to SPEC's target. */
 export function churnTable(rows: readonly ChurnRow[]): string {
   const [steady, churn] = rows;
   if (steady === undefined || churn === undefined) return '';

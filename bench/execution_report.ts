@@ -1,5 +1,5 @@
 /**
- * The execution rows (issue 20): where a miss runs — through the queue (`queue_bench.ts`) or on
+ * The execution rows: where a miss runs — through the queue (`queue_bench.ts`) or on
  * an agent worker (`agent_bench.ts`) — against the same miss in process, measured in the same
  * run. Each scenario file runs in a process of its own (its workers are processes too) and hands
  * its rows back as one JSON line; this module runs them and draws their table.

@@ -1,5 +1,5 @@
 /**
- * Jobs on workers (issue 20), short runs: `npx tsx bench/queue_bench.ts` with REDIS_URL (and
+ * Jobs on workers, short runs: `npx tsx bench/queue_bench.ts` with REDIS_URL (and
  * DATABASE_URL, else an embedded PostgreSQL). Prints, as ratios within this run:
  * - a miss through the queue (one worker process) vs in process: added latency p50 / p99;
  * - throughput of misses with 1 and 2 worker processes (32 callers);

@@ -1,4 +1,4 @@
-/** Writes the bench tables into README.md and bench/README.md (whose text lives here). */
+/** Writes the bench tables into docs/benchmarks.md and bench/README.md (whose text lives here). */
 import { execFileSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -31,8 +31,12 @@ function biomeMarkdown(text: string): string {
   );
 }
 
-export async function writeReadmeSection(section: string): Promise<void> {
-  const path = join(ROOT, 'README.md');
+/** The benchmarks guide, whose tables between the bench markers `npm run bench` rewrites. */
+export const BENCHMARKS_GUIDE = join(ROOT, 'docs', 'benchmarks.md');
+
+/** Replaces the part of the benchmarks guide between the bench markers with `section`. */
+export async function writeGuideSection(section: string): Promise<void> {
+  const path = BENCHMARKS_GUIDE;
   const readme = await readFile(path, 'utf8');
   const start = '<!-- bench:start -->';
   const end = '<!-- bench:end -->';
@@ -42,7 +46,7 @@ export async function writeReadmeSection(section: string): Promise<void> {
   const next =
     from !== -1 && to > from
       ? readme.slice(0, from) + block + readme.slice(to + end.length)
-      : `${readme.replace(/\n*$/, '\n')}\n## Benchmarks\n\n${block}\n`;
+      : `${readme.replace(/\n*$/, '\n')}\n## The latest run\n\n${block}\n`;
   await writeFile(path, next);
 }
 
@@ -62,7 +66,7 @@ a test, and CI may run this without gating on it.
 ## Running
 
 \`\`\`sh
-npm run bench                         # everything, ≈ 1–2 min; rewrites the tables below and in README.md
+npm run bench                         # everything, ≈ 1–2 min; rewrites the tables below and in docs/benchmarks.md
 npm run bench -- --quick --no-write   # a fast look while changing code
 npm run bench -- --only=redis_hit     # some scenarios (their baselines always run); prints only
 npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)
@@ -112,6 +116,16 @@ route with nothing else started.
   BentoCache's): served by the memory tier (judged against \`bento_tiered_l1_hit\`), and with a
   memory tier too small to keep anything, so every call reads Redis (against the raw GET and
   \`bento_tiered_l2_hit\`).
+- \`value_hit.ts\` — a hit that returns the parsed *value* (1 KiB), through
+  \`createViewerCache(...).run\` and through \`withResultCache\` handed the same jobs as the peer,
+  against \`Map.get\` + the same \`JSON.parse\` (the floor, ≤ 1.3×) and BentoCache
+  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64. Alone:
+  \`npx tsx bench/value_hit.ts\`.
+- \`memory_per_entry.ts\` — bytes, not time: 100 k entries of 1 KiB JSON through
+  \`createViewerCache(...).run\` against a bare \`lru-cache\` holding the same JSON, each filled
+  in a process of its own (\`memory_entry_process.ts\`, \`--expose-gc\`, full GCs before and
+  after), rounds interleaved; heap + external per entry ÷ lru-cache's (≤ 1.3×) and ÷ what the
+  store counts toward \`maxBytes\` (1.0 ± 10 %). Alone: \`npx tsx bench/memory_per_entry.ts\`.
 - \`key_derivation.ts\` — \`cachedResultPath\` alone (ten-field args) beside
   fast-json-stable-stringify + SHA-256 without validation.
 - \`churn_bench.ts\` — 10 000 viewers over 50 groups, warm in-process caches with
@@ -125,7 +139,7 @@ route with nothing else started.
   so CPU per request is the servers' alone (with the client in the same process, the cached
   request's CPU over the floor's measured +125 µs instead of +35–60 µs). The cached rows' targets:
   p50 ≤ 1.2× the floor's over one connection, req/s ≥ 0.85× over eight.
-- \`queue_bench.ts\` — where a miss runs (issue 20): the same miss (a runnable of ~1 ms CPU, no
+- \`queue_bench.ts\` — where a miss runs: the same miss (a runnable of ~1 ms CPU, no
   data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
   process, interleaved (p50, p99); misses/s at 32 callers in process, with 1 and with 2 workers;
   and a hit on the queue-mode cache vs an in-process one (a hit never enqueues). On the run's

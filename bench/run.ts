@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: every scenario in one run, on the Redis at REDIS_URL, then the tables into
- * README.md (between the bench markers), bench/README.md and bench/results/latest.json. What is
- * measured lives in one file per scenario; how rows are judged and drawn, in `report.ts`.
+ * docs/benchmarks.md (between the bench markers), bench/README.md and
+ * bench/results/latest.json. What is measured lives in one file per scenario; how rows are judged
+ * and drawn, in `report.ts`.
  *
  * Flags (after `npm run bench --`):
  * - `--quick`   fewer rounds, for trying a change (tables are still written unless --no-write);
@@ -31,11 +32,12 @@ import {
 import { httpBenchAlone } from './http_bench.js';
 import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
+import { type MemoryPerEntry, memoryPerEntry, memoryPerEntryTable } from './memory_per_entry.js';
 import { memoryScaling } from './memory_scaling.js';
 import { peerHit } from './peer_hit.js';
 import { type PolyglotResult, polyglotMiss, polyglotTable } from './polyglot_miss.js';
 import { benchPostgres } from './postgres_fixture.js';
-import { embeddedVersion, writeBenchReadme, writeReadmeSection } from './readme.js';
+import { embeddedVersion, writeBenchReadme, writeGuideSection } from './readme.js';
 import { redisHit } from './redis_hit.js';
 import { redisRawGet } from './redis_raw_get.js';
 import {
@@ -53,6 +55,7 @@ import {
 } from './report.js';
 import { sealedFloor } from './sealed_floor.js';
 import { twoTierHit } from './two_tier_hit.js';
+import { judgeValueHit, valueHit, valueHitTable } from './value_hit.js';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const SIZES = [1024, 64 * 1024];
@@ -64,7 +67,14 @@ const only = argv
   ?.slice('--only='.length)
   .split(',');
 const write = !argv.includes('--no-write') && only === undefined;
-const BASELINES = new Set(['redis_raw_get', 'sealed_floor', 'key_naive', 'bento_memory_hit']);
+const BASELINES = new Set([
+  'redis_raw_get',
+  'sealed_floor',
+  'key_naive',
+  'bento_memory_hit',
+  'map_get_parse',
+  'bento_memory_ref_value_hit',
+]);
 const keep = (s: Scenario) => only === undefined || BASELINES.has(s.id) || only.includes(s.id);
 const wanted = (re: RegExp) => only === undefined || only.some((id) => re.test(id));
 
@@ -134,6 +144,32 @@ async function main(): Promise<void> {
   await keySet.close();
   process.stdout.write(`done (${elapsed(started)})`);
 
+  // Hits returning the value, against their own floor: a table of their own.
+  let valueRows: Row[] = [];
+  if (wanted(/^(value_hit|result_cache_value_hit|bento_memory_ref_value_hit)/)) {
+    process.stdout.write('\nvalue hits… ');
+    const fx = sizeFixture(1024);
+    const valueSet = await valueHit(fx);
+    const valueScenarios = valueSet.scenarios.filter(keep);
+    const latency = await measureLatency(valueScenarios, latencyPlan);
+    const throughput = await measureThroughput(valueScenarios, throughputPlan(fx.bytes));
+    valueRows = [
+      ...latencyRows(fx.label, valueScenarios, latency, 'map_get_parse'),
+      ...throughputRows(fx.label, valueScenarios, throughput, 'map_get_parse'),
+    ];
+    judgeValueHit(valueRows);
+    await valueSet.close();
+    process.stdout.write(`done (${elapsed(started)})`);
+  }
+
+  // Bytes, not time: each measurement in a process of its own.
+  let memoryRows: MemoryPerEntry | undefined;
+  if (wanted(/^memory_per_entry/)) {
+    process.stdout.write('\nmemory per entry… ');
+    memoryRows = await memoryPerEntry(quick);
+    process.stdout.write(`done (${elapsed(started)})`);
+  }
+
   if (wanted(/^scale_/)) {
     process.stdout.write('\nscaling: filling 1 M entries… ');
     const scaling = await memoryScaling(quick ? 200_000 : 1_000_000);
@@ -185,7 +221,7 @@ async function main(): Promise<void> {
       await postgres.close(pgPrefix);
     }
   }
-  // Execution (issue 20): each in a process of its own, with its worker processes; on the
+  // Execution: each in a process of its own, with its worker processes; on the
   // run's Postgres (DATABASE_URL, else an embedded one of their own).
   if (wanted(/^(queue_|agent_)/)) {
     process.stdout.write('\nexecution: ');
@@ -201,6 +237,8 @@ async function main(): Promise<void> {
   judge(rows);
   const body = [
     tables(rows),
+    ...(valueRows.length > 0 ? [valueHitTable(valueRows)] : []),
+    ...(memoryRows === undefined ? [] : [memoryPerEntryTable(memoryRows)]),
     ...(datatableRows.length > 0 ? [datatableTable(datatableRows)] : []),
     ...(churnRows.length > 0 ? [churnTable(churnRows)] : []),
     ...(polyglot === undefined ? [] : [polyglotTable(polyglot)]),
@@ -223,14 +261,14 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, datatableRows, churnRows, polyglot, httpRows, executionRows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, valueRows, memoryRows, datatableRows, churnRows, polyglot, httpRows, executionRows }, null, 2)}\n`,
   );
-  await writeReadmeSection(
+  await writeGuideSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +
-      `[bench/README.md](bench/README.md).\n\n${body}`,
+      `[bench/README.md](../bench/README.md).\n\n${body}`,
   );
   await writeBenchReadme(env, body);
-  console.log('\nwrote README.md, bench/README.md, bench/results/latest.json');
+  console.log('\nwrote docs/benchmarks.md, bench/README.md, bench/results/latest.json');
 }
 
 main().catch(async (err: unknown) => {

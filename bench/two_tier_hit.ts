@@ -7,7 +7,7 @@
  *   and reads Redis; compared with `redis_raw_get` (and `bento_tiered_l2_hit`).
  *
  * Entries are unsealed, as BentoCache's are, except `two_tier_memory_hit_sealed`: the server's
- * default, whose memory tier keeps entries opened (issue 23), so sealing costs it no AES-GCM.
+ * default, whose memory tier keeps entries opened, so sealing costs it no AES-GCM.
  */
 import type { Redis } from 'ioredis';
 import { TwoTierCacheStore, withResultCache } from '../src/index.js';

@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: the error catalogue is one table (class, code, default message,
+// status), read top to bottom as the errors reference; split by room, a code's neighbours and
+// the ErrorCode union would live in several files and drift.
 /**
  * Every condition a caller may need to branch on is one of these classes. Each carries a stable
  * `code` (static and on the instance), a message a user can act on, optional context fields and
@@ -149,6 +152,7 @@ export const NoDefaultRoleError = defineError(
   'this data table has no default role; ask for ?as=viewer or ?role=NAME',
   403,
 );
+export type NoDefaultRoleError = InstanceType<typeof NoDefaultRoleError>;
 /** The data table named in a reference is not in the catalog. */
 export const UnknownDatatableError = defineError(
   'E_UNKNOWN_DATATABLE',
@@ -345,7 +349,7 @@ export const DuckdbRefusedError = defineError(
   400,
 );
 export type DuckdbRefusedError = InstanceType<typeof DuckdbRefusedError>;
-// Jobs on agent workers (issue 20): the query proxy and the agent protocol.
+// Jobs on agent workers: the query proxy and the agent protocol.
 
 /** A job token no running job holds: forged, of a job that ended, or never issued. */
 export const JobTokenInvalidError = defineError(
@@ -553,6 +557,17 @@ export const errors = {
 } as const;
 
 export type ErrorCode = keyof typeof errors;
+
+/**
+ * The error class of one of our codes, or undefined for anything else. The one code → class
+ * lookup: a code another process reported (a worker, an agent, a Python child, a child run) is
+ * data, checked here rather than used as a key (`constructor` is no error class).
+ */
+export function errorClassOf(code: unknown): (typeof errors)[ErrorCode] | undefined {
+  return typeof code === 'string' && Object.hasOwn(errors, code)
+    ? errors[code as ErrorCode]
+    : undefined;
+}
 
 /** Normalises anything thrown into an Error, so handlers and logs see one shape. */
 export function coerceError(thrown: unknown): Error {

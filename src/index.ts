@@ -2,7 +2,7 @@ export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
 export type { CachedExecutor } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
-export type { RawResultCacheOptions } from './cache/result_cache_options.js';
+export type { RawResultCacheOptions, RawSealOptions } from './cache/result_cache_options.js';
 export type {
   CopyBound,
   DatatableClient,
@@ -38,6 +38,7 @@ export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migr
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
+export type { SetLoginInfo } from './datatable/logins/login_gc.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
   EmbedAlgorithm,
@@ -55,7 +56,7 @@ export {
 export type { EmbedClaims, EmbedKeyPair } from './embed/embed_signing.js';
 export { createEmbedKeyPair, signEmbedAssertion } from './embed/embed_signing.js';
 export type { EmbedViewer } from './embed_viewer.js';
-export type { ErrorCode } from './errors.js';
+export type { ErrorCode, ErrorOptions } from './errors.js';
 export {
   AgentProtocolError,
   AppsModuleInvalidError,
@@ -76,6 +77,7 @@ export {
   EmbedRevokedError,
   ExecutorFailedError,
   ExecutorTimeoutError,
+  errorClassOf,
   errors,
   InvalidationUnsupportedError,
   InvalidDataError,
@@ -114,7 +116,13 @@ export type {
   NotStoredReason,
   RejectionReason,
   ResultCacheEvents,
+  TypedEmitter,
 } from './events.js';
+export type {
+  DuckdbAppenderLike,
+  DuckdbConnectionLike,
+  DuckdbInstanceLike,
+} from './executor/duckdb/duckdb_run.js';
 export type {
   DatatableRequest,
   DuckdbModule,
@@ -132,6 +140,7 @@ export type {
   TsRunnable,
 } from './executor/executor.js';
 export { createExecutor } from './executor/executor.js';
+export type { RequiredRole } from './executor/runnable.js';
 export type {
   Job,
   JobExecutor,
@@ -154,7 +163,8 @@ export { redactIdentity } from './logger.js';
 export type { Migration, MigrationPlan } from './pg/migration_runner.js';
 export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
-export { unreachableReason } from './pg/sqlstate.js';
+export { isDataException, unreachableReason } from './pg/sqlstate.js';
+export { withTransaction } from './pg/transaction.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,
@@ -184,6 +194,7 @@ export type {
 } from './queue/queue_job_source.js';
 export { createQueueJobSource } from './queue/queue_job_source.js';
 export { QUEUE_DEFAULTS } from './queue/queue_names.js';
+export type { QueueTakerOptions } from './queue/queue_taker.js';
 export type {
   QueueJobOutcome,
   QueueWorker,
@@ -218,6 +229,7 @@ export {
   openTwoTierStore,
   TwoTierCacheStore,
 } from './stores/two_tier_store.js';
+export { sdkTracer, TRACER_NAME } from './tracing.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

@@ -58,10 +58,13 @@ export class StoredResult implements JobResult {
 
   get value(): unknown {
     if (!this.#parsed) {
+      // `toString()` with no argument is the Buffer's own UTF-8 slice: no view built per parse.
+      const { bytes } = this;
       this.#value = JSON.parse(
-        Buffer.from(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength).toString(
-          'utf8',
-        ),
+        (Buffer.isBuffer(bytes)
+          ? bytes
+          : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+        ).toString(),
       );
       this.#parsed = true;
     }

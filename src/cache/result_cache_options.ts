@@ -31,7 +31,7 @@ export interface RawResultCacheOptions {
    * Whoever can write to the store can then no longer make a viewer receive forged or moved
    * rows, nor read rows or confirm a guess of (viewer, runnable, args) from key names; an entry
    * that does not open is a miss, counted as `rejected`. `false` stores entries in clear under
-   * `cachedResultPath` names. See the README's security model.
+   * `cachedResultPath` names. See docs/security-model.md.
    *
    * Required over a shared store (one that does not declare `shared: false`: Redis, two tiers):
    * without it, construction throws `E_SEAL_REQUIRED`. With two tiers, the memory tier keeps

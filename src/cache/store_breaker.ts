@@ -26,6 +26,11 @@ export class StoreBreaker {
     return this.#now() < this.#restingUntil;
   }
 
+  /** {@link resting} at a clock reading the caller already made. */
+  restingAt(now: number): boolean {
+    return now < this.#restingUntil;
+  }
+
   /** Records a failure: starts (or extends) the rest, logs the first of a burst. */
   failed(op: 'get' | 'set', thrown: unknown): { code: string; message: string } {
     if (this.#restMs > 0) this.#restingUntil = this.#now() + this.#restMs;

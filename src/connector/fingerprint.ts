@@ -23,7 +23,7 @@ export type FingerprintFn = ((job: Job) => Promise<string | null> | string | nul
  */
 export type SettledFingerprint = string | null | readonly (string | null)[] | undefined;
 
-/** One executing run followed by {@link FingerprintFn.track}. */
+/** One executing run followed by the `track` of a {@link FingerprintFn}. */
 export interface FingerprintTracking {
   /**
    * After the run succeeded: the fingerprint(s) to store its result under (they may differ from

@@ -5,6 +5,8 @@
  * the events (datatables_events.ts). The rooms, each importing only those beneath it:
  * pg/ ← catalog/ ← access/ ← logins/ ← identity/ and admin/; none imports this floor.
  */
+
+import type { Span, Tracer } from '@opentelemetry/api';
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
@@ -20,6 +22,7 @@ import type { Logger } from '../logger.js';
 import { CoalescingSocket } from '../pg/coalescing_socket.js';
 import { GuardedClient } from '../pg/pg_clients.js';
 import { unreachableReason } from '../pg/sqlstate.js';
+import { inSpan, sdkTracer } from '../tracing.js';
 import { JobAuthorizations } from './access/job_authorizations.js';
 import { LearnedSets } from './access/learned_sets.js';
 import { RunDependencies } from './access/run_dependencies.js';
@@ -40,6 +43,7 @@ import { probePooler } from './logins/pooler_probe.js';
 import { RoleSetProtocol } from './logins/role_set_protocol.js';
 import { SetLoginWarmer } from './logins/set_login_warmer.js';
 import { SESSION_LOGIN_GONE } from './logins/sql/logins.js';
+import { traceLease } from './traced_lease.js';
 
 export type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 
@@ -69,6 +73,7 @@ class DatatableService implements Datatables {
   readonly events = new TypedEmitter<DatatablesEvents>();
   readonly admin: CatalogAdmin;
   readonly fingerprint: Datatables['fingerprint'];
+  readonly #traceStatementText: boolean;
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
   readonly #authorizations: JobAuthorizations;
@@ -90,6 +95,7 @@ class DatatableService implements Datatables {
     const logger = this.#logger;
     const events = this.events;
 
+    this.#traceStatementText = options.traceStatementText;
     this.#pool = new pg.Pool({
       ...adminConfig,
       Client: GuardedClient,
@@ -242,7 +248,24 @@ class DatatableService implements Datatables {
     return this.#snapshot.awaitPropagation(generation);
   }
 
-  async connect(job: Job, ref: DatatableRef): Promise<DatatableLease> {
+  connect(job: Job, ref: DatatableRef): Promise<DatatableLease> {
+    // Asked per call (one property read): connecting is off the hit path.
+    const tracer = sdkTracer();
+    if (tracer === null) return this.#connect(job, ref, null, null);
+    return inSpan(
+      tracer,
+      'viewer_cache.datatable.connect',
+      { 'viewer_cache.datatable.access': ref.access.kind },
+      (span) => this.#connect(job, ref, span, tracer),
+    );
+  }
+
+  async #connect(
+    job: Job,
+    ref: DatatableRef,
+    span: Span | null,
+    tracer: Tracer | null,
+  ): Promise<DatatableLease> {
     const access = ref.access.kind;
     const timed = this.events.has('datatable:resolved') || this.events.has('datatable:connected');
     const started = timed ? performance.now() : 0;
@@ -253,6 +276,11 @@ class DatatableService implements Datatables {
       const { datatable, roles } = authorization.grant(ref);
       const afterResolve = timed ? performance.now() : 0;
       if (timed) this.events.emit('datatable:resolved', { ms: afterResolve - started, access });
+      // The kind of login, never its name: a role's own, or a set's (several roles).
+      span?.setAttribute(
+        'viewer_cache.login.kind',
+        roles.length > 1 ? 'set' : roles.length === 1 ? 'role' : 'default',
+      );
       let lease = await this.#leaser.lease(roles, datatable.database);
       if (this.#binding !== null) {
         // grant() refused `?as=viewer` for a run with no viewer: here there is one.
@@ -264,7 +292,9 @@ class DatatableService implements Datatables {
       }
       if (timed)
         this.events.emit('datatable:connected', { ms: performance.now() - afterResolve, access });
-      return lease;
+      return tracer === null
+        ? lease
+        : traceLease(lease, tracer, datatable.database, this.#traceStatementText);
     } catch (thrown) {
       // The data table's database down (refused, terminated while connecting, timed out) is
       // said as such, whichever step met it (the catalog read, the login, the binding). A

@@ -69,6 +69,13 @@ export interface RawDatatablesOptions {
      */
     awaitPropagation?: boolean;
   };
+  /**
+   * With an OpenTelemetry SDK registered, each statement a runnable sends gets a span named by
+   * its operation (`SELECT`, …). `true` adds the statement's text as `db.query.text`, with every
+   * literal replaced by `?` (strings, numbers, dollar-quoted bodies). Off by default: even
+   * sanitized, a statement names the tables and columns a viewer's app reads. @default false
+   */
+  traceStatementText?: boolean;
   /** Group/folder memberships. @default the built-in directory in the catalog */
   directory?: Directory;
   /** Apply catalog migrations on start. @default true */

@@ -46,6 +46,8 @@ export interface ResolvedDatatablesOptions {
   readonly logger: Logger;
   readonly migrate: boolean;
   readonly viewerIdentity: boolean;
+  /** Statement spans carry the sanitized statement text (see RawDatatablesOptions). */
+  readonly traceStatementText: boolean;
   /** Login connections go through a transaction pooler (probed at start). */
   readonly transactionPooler: boolean;
   readonly catalog: {
@@ -123,6 +125,7 @@ export function resolveDatatablesOptions(options: RawDatatablesOptions): Resolve
     logger: options.logger ?? silentLogger,
     migrate: Boolean(options.migrate ?? defaults.migrate),
     viewerIdentity,
+    traceStatementText: options.traceStatementText === true,
     transactionPooler,
     catalog: Object.freeze({
       heartbeatMs: positive(

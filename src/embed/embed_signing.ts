@@ -54,7 +54,8 @@ export interface EmbedClaims {
 
 /**
  * Signs an embed assertion with a key from {@link createEmbedKeyPair} (for hosts on Node; any
- * JOSE library can make the same token: see the README). The private JWK carries `kid`, `alg`.
+ * JOSE library can make the same token: see docs/embed-viewers.md). The private JWK carries
+ * `kid`, `alg`.
  */
 export async function signEmbedAssertion(privateJwk: JWK, claims: EmbedClaims): Promise<string> {
   const { kid, alg } = privateJwk;

@@ -33,6 +33,7 @@ import {
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { RawQueryProxyLimits } from '../proxy/query_proxy.js';
+import { inSpan, sdkTracer } from '../tracing.js';
 import {
   type DuckdbLimits,
   type DuckdbModule,
@@ -364,19 +365,25 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
     return result.rows;
   }
 
-  if (definition.kind === 'duckdb')
-    return runDuckdbScript(registered.duckdb!, connect, deps.duckdb);
+  if (definition.kind === 'duckdb') {
+    const run = () => runDuckdbScript(registered.duckdb!, connect, deps.duckdb);
+    const tracer = sdkTracer();
+    return tracer === null ? run() : inSpan(tracer, 'viewer_cache.duckdb', {}, run);
+  }
   if (definition.kind === 'python') {
     // The process reaches the data tables through its job's socket only, with its job's token.
-    return runPython(
-      registered.python!,
-      registered.path,
-      job,
-      args,
-      deps.datatables,
-      deps.signal,
-      deps.python,
-    );
+    const run = () =>
+      runPython(
+        registered.python!,
+        registered.path,
+        job,
+        args,
+        deps.datatables,
+        deps.signal,
+        deps.python,
+      );
+    const tracer = sdkTracer();
+    return tracer === null ? run() : inSpan(tracer, 'viewer_cache.python', {}, run);
   }
 
   const ctx: RunContext = {

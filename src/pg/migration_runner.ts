@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { withPooledClient } from './pg_clients.js';
+import { withTransaction } from './transaction.js';
 
 /** One step of a schema: applied at most once, in the transaction that records it. */
 export interface Migration {
@@ -47,8 +48,7 @@ async function migrate(
   latest: number,
 ): Promise<number[]> {
   const applied: number[] = [];
-  try {
-    await client.query('begin');
+  return withTransaction(client, async () => {
     await client.query('select pg_advisory_xact_lock($1)', [lock.toString()]);
     await client.query(`create schema if not exists ${schema}`);
     await client.query(
@@ -77,12 +77,8 @@ async function migrate(
       ]);
       applied.push(migration.version);
     }
-    await client.query('commit');
     return applied;
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  }
+  });
 }
 
 /** The plan's last version, once the plan is known to be well formed. */

@@ -54,9 +54,13 @@ export function isRoleNameTaken(err: unknown): boolean {
   return code === '42710' || code === '23505';
 }
 
-/** Class 22, data exception (a NUL byte, bad encoding, an out-of-range value…). */
-export function isDataException(code: string | undefined): boolean {
-  return code?.startsWith('22') === true;
+/**
+ * Whether a SQLSTATE is of class 22, data exception (a NUL byte, bad encoding, an out-of-range
+ * value…): a value the caller sent, its bad input (400 E_INVALID_DATA), not a fault. The one
+ * place this rule is written: the lease, the HTTP answer and an agent's report all ask here.
+ */
+export function isDataException(code: unknown): boolean {
+  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
 }
 
 /**

@@ -2,7 +2,7 @@ import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
-  errors,
+  errorClassOf,
   QueueResultInvalidError,
   QueueTimeoutError,
   QueueUnavailableError,
@@ -211,10 +211,8 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
 /** A worker's failure: a code it sent, as that code's error; anything else, a lost worker. */
 function failureOf(reason: unknown): ViewerCacheError {
-  if (typeof reason === 'string' && Object.hasOwn(errors, reason)) {
-    const Cls = errors[reason as keyof typeof errors];
-    return new Cls();
-  }
+  const Coded = errorClassOf(reason);
+  if (Coded !== undefined) return new Coded();
   // BullMQ's own reasons (stalled more than allowed, lock lost): the worker died mid-job.
   return new QueueWorkerLostError();
 }

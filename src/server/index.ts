@@ -15,3 +15,4 @@ export type { ScheduleDefinition } from './apps/scheduler.js';
 export { DEMO_APPS, loadApps } from './demo/demo_apps.js';
 export type { EmbeddedPostgresHandle } from './process/embedded_postgres.js';
 export { startEmbeddedPostgres } from './process/embedded_postgres.js';
+export type { Recipients } from './recipients/per_recipient_runs.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster, type Redis } from 'ioredis';
 import { StoreNotReadyError, StoreUnavailableError } from '../errors.js';
-import { WORKSPACE_RE } from '../job.js';
+import { EpochView, fieldOf, formatTag, newIncarnation, parseField } from './epoch_view.js';
 import type { CacheInvalidation, InvalidationScope } from './store.js';
 
 /**
@@ -402,91 +402,6 @@ function bounded<T>(command: Promise<T>, op: string, timeoutMs: number): Promise
       },
     );
   });
-}
-
-/** Epochs as one process knows them: workspace → its epoch and its paths' epochs. */
-class EpochView {
-  readonly #workspaces = new Map<string, { epoch: number; paths: Map<string, number> }>();
-
-  constructor(readonly id: string) {}
-
-  static load(hash: Record<string, string>): EpochView {
-    const view = new EpochView(hash['_id'] ?? '');
-    for (const [field, value] of Object.entries(hash)) {
-      if (field !== '_id') view.raise(field, Number(value));
-    }
-    return view;
-  }
-
-  tag(workspace: string, path: string): string {
-    const w = this.#workspaces.get(workspace);
-    if (w === undefined) return formatTag(this.id, 0, 0);
-    return formatTag(this.id, w.epoch, w.paths.get(path) ?? 0);
-  }
-
-  epoch(field: string): number {
-    const parsed = parseField(field);
-    if (parsed === null) return 0;
-    const w = this.#workspaces.get(parsed.workspace);
-    if (w === undefined) return 0;
-    return parsed.path === undefined ? w.epoch : (w.paths.get(parsed.path) ?? 0);
-  }
-
-  /** Epochs only move forward: a late or repeated message never lowers one. */
-  raise(field: string, epoch: number): void {
-    const parsed = parseField(field);
-    if (parsed === null || !Number.isSafeInteger(epoch)) return;
-    let w = this.#workspaces.get(parsed.workspace);
-    if (w === undefined) {
-      w = { epoch: 0, paths: new Map() };
-      this.#workspaces.set(parsed.workspace, w);
-    }
-    if (parsed.path === undefined) {
-      if (epoch > w.epoch) w.epoch = epoch;
-    } else if (epoch > (w.paths.get(parsed.path) ?? 0)) {
-      w.paths.set(parsed.path, epoch);
-    }
-  }
-}
-
-/** The text a run's key carries: no ':' inside, so the key input stays unambiguous. */
-function formatTag(id: string, workspaceEpoch: number, pathEpoch: number): string {
-  return `${id}.${workspaceEpoch}.${pathEpoch}`;
-}
-
-function parseField(field: string): { workspace: string; path?: string } | null {
-  if (field.startsWith('w:')) return { workspace: field.slice(2) };
-  if (field.startsWith('p:')) {
-    const nul = field.indexOf('\0');
-    if (nul < 0) return null;
-    return { workspace: field.slice(2, nul), path: field.slice(nul + 1) };
-  }
-  return null;
-}
-
-function newIncarnation(): string {
-  return randomBytes(8).toString('hex');
-}
-
-/** The hash field of a scope's epoch; throws a TypeError on a malformed scope. */
-function fieldOf(scope: InvalidationScope): string {
-  const { workspace, path } = checkScope(scope);
-  return path === undefined ? `w:${workspace}` : `p:${workspace}\0${path}`;
-}
-
-function checkScope(scope: InvalidationScope): { workspace: string; path?: string } {
-  if (scope === null || typeof scope !== 'object') {
-    throw new TypeError('invalidate needs { workspace, path? }');
-  }
-  const { workspace, path } = scope;
-  if (typeof workspace !== 'string' || !WORKSPACE_RE.test(workspace)) {
-    throw new TypeError('workspace must be a short identifier ([A-Za-z0-9_.-])');
-  }
-  if (path === undefined) return { workspace };
-  if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) {
-    throw new TypeError('path must be a non-empty string without NUL');
-  }
-  return { workspace, path };
 }
 
 /**

@@ -5,23 +5,44 @@ import type { CacheStore } from './store.js';
 /**
  * Bytes one entry costs beyond its key's characters and its value's bytes: lru-cache's map
  * entry and list slots, the key string's header, the value's `Uint8Array` and `ArrayBuffer`
- * headers — plus 1/64 of the value for the allocator's rounding and pool slack on large values.
- * Measured after full GCs on Node 20 (V8 11.3), filling 64 MB with 100 B, 1 KiB and 10 KiB
- * results, evictions included: 268, 415 and 368–570 bytes per entry; counting only key and
- * value, the store held 2.21×, 1.37× and 1.04× `maxBytes`. `test/unit/memory_store.test.ts`
- * measures the heap and holds it under `maxBytes`.
+ * objects (each value in memory of its own: see {@link ownBytes}). Measured on Node 20
+ * (V8 11.3) as heap + external growth after full GCs, filling 40–130 k entries
+ * (`bench/memory_entry_process.ts`, and the store alone with values of 100 B to 64 KiB):
+ * 328–362 bytes per entry under keys named as the cache names them (`<workspace>/cache/` and
+ * a hex digest), 1 KiB results through `createViewerCache(...).run` held 1.51 KB each against
+ * 1.55 KB counted. A key the caller built from many pieces (`padStart`, nested templates) can
+ * cost up to ~160 bytes more than its characters: V8 keeps its concatenation nodes.
+ * Not counted: the allocator's own bookkeeping of each value's memory, which shows in RSS
+ * only (RSS grew ≈ 1.3× heap + external at 1 KiB, ≈ 1.0× from 10 KiB up): size a container
+ * with that margin (`docs/memory-store.md`).
  */
-export const ENTRY_OVERHEAD = 512;
+export const ENTRY_OVERHEAD = 400;
 
 /**
  * Bytes a tagged entry costs beyond {@link ENTRY_OVERHEAD}: its slot in the key → tag map and
  * in its tag's key set (two hash-table entries, the set itself shared by the tag's entries).
+ * Measured as above, tagged minus untagged over 300 tags: 57–161 bytes (100 B to 64 KiB).
  */
 export const TAG_OVERHEAD = 96;
 
+/**
+ * `bytes` itself when it is the whole of its memory, else a copy in memory of its own. A small
+ * `Buffer` is usually a slice of Node's shared 8 KiB pool (`Buffer.from`, `allocUnsafe`), and a
+ * reply from a socket a view into a larger read buffer: held as is, an entry would keep the
+ * whole slab alive while counting only its own bytes. Measured through
+ * `createViewerCache(...).run` (100 k entries of 1 KiB JSON): 2.72 KB held per entry against
+ * 1.68 KB counted when entries were pool slices.
+ */
+export function ownBytes(bytes: Uint8Array): Uint8Array {
+  if (bytes.byteOffset === 0 && bytes.buffer.byteLength === bytes.byteLength) return bytes;
+  const own = Buffer.allocUnsafeSlow(bytes.byteLength);
+  own.set(bytes);
+  return own;
+}
+
 /** What an entry counts against `maxBytes`. */
 export function entryCost(key: string, value: Uint8Array): number {
-  return ENTRY_OVERHEAD + key.length + value.byteLength + (value.byteLength >>> 6);
+  return ENTRY_OVERHEAD + key.length + value.byteLength;
 }
 
 export interface RawMemoryCacheStoreOptions {
@@ -122,12 +143,13 @@ export class MemoryCacheStore implements CacheStore {
     for (const key of doomed) this.#lru.delete(key);
   }
 
-  async set(key: string, value: Uint8Array, ttlMs: number, tag?: string): Promise<void> {
-    if (key.length + value.byteLength > this.#maxEntryBytes) {
+  async set(key: string, input: Uint8Array, ttlMs: number, tag?: string): Promise<void> {
+    if (key.length + input.byteLength > this.#maxEntryBytes) {
       // Not stored, and an older value under the key must not outlive the newer result.
       this.#lru.delete(key);
       return;
     }
+    const value = ownBytes(input);
     const ttl = Math.max(1, Math.ceil(ttlMs));
     if (tag === undefined) {
       this.#lru.set(key, value, { ttl });

@@ -93,6 +93,11 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
     return this;
   }
 
+  /** The memory tier's entry under `key`, or `null` (see `CacheStore.getNow`). */
+  getNow(key: string): Uint8Array | null {
+    return this.memory.getNow(key);
+  }
+
   /** `tag` (see `CacheStore.get`) indexes what a memory miss keeps from Redis. */
   get(key: string, tag?: string): Promise<Uint8Array | null> {
     const local = this.memory.getNow(key);
@@ -136,13 +141,9 @@ export class TwoTierCacheStore implements InvalidatingCacheStore {
       void this.memory.delete(key);
       return;
     }
-    // A reply from Redis may be a view into a larger socket buffer: held as is, it would keep the
-    // whole buffer alive while counting only its own bytes. Keep a copy of exactly its bytes.
-    const own =
-      value.byteOffset === 0 && value.buffer.byteLength === value.byteLength
-        ? value
-        : Uint8Array.prototype.slice.call(value);
-    void this.memory.set(key, own, ttl, tag);
+    // A reply from Redis may be a view into a larger socket buffer: the memory store keeps a
+    // copy of exactly its bytes (`ownBytes`), never the view.
+    void this.memory.set(key, value, ttl, tag);
   }
 }
 

@@ -29,8 +29,8 @@ const BINARY = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => exis
 export async function startPgBouncer(
   adminUrl: string,
   /**
-   * `resetAlways: false` leaves out `server_reset_query_always`, the setting README requires in
-   * transaction mode (for the test that shows why).
+   * `resetAlways: false` leaves out `server_reset_query_always`, the setting
+   * docs/several-processes.md requires in transaction mode (for the test that shows why).
    */
   options: { poolSize?: number; resetAlways?: boolean } = {},
 ): Promise<PgBouncer> {

@@ -132,7 +132,8 @@ export async function propagationScene(
           ALICE,
         ]);
       else await sql.query(`insert into demo.entitlement values ($1, 'emea')`, [ALICE]);
-      // The application that wrote the row waits for it, as README tells writers to.
+      // The application that wrote the row waits for it, as docs/several-processes.md tells
+      // writers to.
       if (options.awaitPropagation === true) await admin.awaitPropagation();
     }
   };

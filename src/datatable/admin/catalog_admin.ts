@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: one class, one method per admin command, each a few lines around
+// the shared #change/#commit (generation bump, NOTIFY, propagation wait); split by entity, each
+// part would need those private helpers made public.
 /*
  * datatable/admin/ — the catalog's admin commands (datatables.admin): data tables, roles,
  * tenants, memberships, governing tables. Each commits with a generation bump and NOTIFY. They
@@ -13,6 +16,7 @@ import { WORKSPACE_RE } from '../../job.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { withClient, withPooledClient } from '../../pg/pg_clients.js';
 import { isRoleNameTaken } from '../../pg/sqlstate.js';
+import { withTransaction } from '../../pg/transaction.js';
 import { type MembershipKind, validateTenant } from '../catalog/directory.js';
 import {
   addGoverningTable,
@@ -259,19 +263,11 @@ export class CatalogAdmin {
     const role = await this.#findRole(this.#pool, workspace, name);
     await this.disableRole(workspace, name);
     try {
-      await withClient(
-        { ...this.#options.adminConfig, database: role.database },
-        async (client) => {
-          await client.query('begin');
-          try {
-            await client.query(`drop owned by ${pg.escapeIdentifier(role.name)}`);
-            await client.query(`drop role ${pg.escapeIdentifier(role.name)}`);
-            await client.query('commit');
-          } catch (err) {
-            await client.query('rollback').catch(() => {});
-            throw err;
-          }
-        },
+      await withClient({ ...this.#options.adminConfig, database: role.database }, (client) =>
+        withTransaction(client, async () => {
+          await client.query(`drop owned by ${pg.escapeIdentifier(role.name)}`);
+          await client.query(`drop role ${pg.escapeIdentifier(role.name)}`);
+        }),
       );
     } catch (err) {
       throw new CatalogError(
@@ -424,18 +420,13 @@ export class CatalogAdmin {
   }
 
   async #commit(fn: (client: pg.PoolClient) => Promise<void>): Promise<number> {
-    const generation = await withPooledClient(this.#pool, async (client) => {
-      await client.query('begin');
-      try {
+    const generation = await withPooledClient(this.#pool, (client) =>
+      withTransaction(client, async () => {
         await fn(client);
         const { rows } = await client.query<{ value: string }>(sql.BUMP_GENERATION);
-        await client.query('commit');
         return Number(rows[0]!.value);
-      } catch (err) {
-        await client.query('rollback').catch(() => {});
-        throw err;
-      }
-    });
+      }),
+    );
     this.#options.onCommitted?.(generation);
     return generation;
   }

@@ -1,4 +1,4 @@
-// Over ~300 lines on purpose: one state machine (listener, heartbeat, confirm, reload) whose
+// Over 450 lines on purpose: one state machine (listener, heartbeat, confirm, reload) whose
 // transitions share the same few fields; split, each part would need all of them.
 import pg from 'pg';
 import { RoleResolutionFailedError } from '../../errors.js';

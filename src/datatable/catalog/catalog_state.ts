@@ -8,6 +8,7 @@
  */
 import type pg from 'pg';
 import { withPooledClient } from '../../pg/pg_clients.js';
+import { withTransaction } from '../../pg/transaction.js';
 import type { MembershipKind, Principals } from './directory.js';
 import { NO_PRINCIPALS } from './directory.js';
 import * as sql from './sql/catalog_reads.js';
@@ -200,54 +201,53 @@ export interface GoverningRow {
 }
 
 export function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
-  return withPooledClient(pool, async (client) => {
-    try {
-      // One snapshot for every read, so generation and contents agree.
-      await client.query('begin transaction isolation level repeatable read read only');
-      const generation = await client.query<{ value: string; catalog_id: string }>(
-        sql.READ_GENERATION,
-      );
-      const datatables = await client.query<{
-        workspace: string;
-        name: string;
-        database: string;
-        default_role: number | null;
-      }>(sql.READ_DATATABLES);
-      const roles = await client.query<{
-        oid: number;
-        workspace: string;
-        datatable: string;
-        name: string;
-        enabled: boolean;
-        version: string;
-        tenants: string[];
-        secret: Buffer;
-        safe: boolean;
-      }>(sql.READ_ROLES);
-      const memberships = await client.query<{
-        workspace: string;
-        email: string;
-        kind: MembershipKind;
-        name: string;
-      }>(sql.READ_MEMBERSHIPS);
-      const governing = await client.query<GoverningRow>(sql.READ_GOVERNING);
-      await client.query('commit');
-      return new CatalogState(
-        Number(generation.rows[0]?.value ?? 0),
-        datatables.rows.map((row) => ({
-          workspace: row.workspace,
-          name: row.name,
-          database: row.database,
-          defaultRole: row.default_role === null ? null : Number(row.default_role),
-        })),
-        roles.rows.map((row) => ({ ...row, oid: Number(row.oid), version: Number(row.version) })),
-        memberships.rows,
-        generation.rows[0]?.catalog_id ?? '',
-        governing.rows.map((row) => ({ ...row, relation: Number(row.relation) })),
-      );
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    }
-  });
+  return withPooledClient(pool, (client) =>
+    // One snapshot for every read, so generation and contents agree.
+    withTransaction(
+      client,
+      async () => {
+        const generation = await client.query<{ value: string; catalog_id: string }>(
+          sql.READ_GENERATION,
+        );
+        const datatables = await client.query<{
+          workspace: string;
+          name: string;
+          database: string;
+          default_role: number | null;
+        }>(sql.READ_DATATABLES);
+        const roles = await client.query<{
+          oid: number;
+          workspace: string;
+          datatable: string;
+          name: string;
+          enabled: boolean;
+          version: string;
+          tenants: string[];
+          secret: Buffer;
+          safe: boolean;
+        }>(sql.READ_ROLES);
+        const memberships = await client.query<{
+          workspace: string;
+          email: string;
+          kind: MembershipKind;
+          name: string;
+        }>(sql.READ_MEMBERSHIPS);
+        const governing = await client.query<GoverningRow>(sql.READ_GOVERNING);
+        return new CatalogState(
+          Number(generation.rows[0]?.value ?? 0),
+          datatables.rows.map((row) => ({
+            workspace: row.workspace,
+            name: row.name,
+            database: row.database,
+            defaultRole: row.default_role === null ? null : Number(row.default_role),
+          })),
+          roles.rows.map((row) => ({ ...row, oid: Number(row.oid), version: Number(row.version) })),
+          memberships.rows,
+          generation.rows[0]?.catalog_id ?? '',
+          governing.rows.map((row) => ({ ...row, relation: Number(row.relation) })),
+        );
+      },
+      { snapshot: true },
+    ),
+  );
 }

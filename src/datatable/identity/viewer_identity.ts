@@ -10,6 +10,7 @@ import { type Logger, silentLogger } from '../../logger.js';
 import type { LeadStatement } from '../../pg/lead_query.js';
 import { withPooledClient } from '../../pg/pg_clients.js';
 import { isMissingObject } from '../../pg/sqlstate.js';
+import { withTransaction } from '../../pg/transaction.js';
 import { SingleFlight } from '../../util/single_flight.js';
 import * as sql from './sql/identity.js';
 
@@ -59,23 +60,16 @@ export class ViewerIdentities {
       this.#installing.get(database) ??
       this.#installing.run(database, async () => {
         await withPooledClient(this.#pool(database), async (client) => {
-          await client.query('begin');
-          try {
+          const { rows } = await withTransaction(client, async () => {
             // Concurrent installs (several processes starting) would collide on CREATE OR REPLACE.
             await client.query("select pg_advisory_xact_lock(hashtext('viewer_cache.identity'))");
             for (const statement of sql.INSTALL) await client.query(statement);
             // A random key of this database's own, unless another process stored one first.
             const key = randomBytes(64);
             await client.query(sql.STORE_KEY, [xorWith(key, 0x36), xorWith(key, 0x5c)]);
-            const { rows } = await client.query<{ inner_pad: Buffer; outer_pad: Buffer }>(
-              sql.READ_KEY,
-            );
-            await client.query('commit');
-            this.#keys.set(database, { inner: rows[0]!.inner_pad, outer: rows[0]!.outer_pad });
-          } catch (err) {
-            await client.query('rollback').catch(() => {});
-            throw err;
-          }
+            return client.query<{ inner_pad: Buffer; outer_pad: Buffer }>(sql.READ_KEY);
+          });
+          this.#keys.set(database, { inner: rows[0]!.inner_pad, outer: rows[0]!.outer_pad });
         });
         this.#installed.add(database);
       })

@@ -3,6 +3,7 @@ import { RoleResolutionFailedError } from '../../errors.js';
 import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { withPooledClient } from '../../pg/pg_clients.js';
+import { withTransaction } from '../../pg/transaction.js';
 import type { CatalogRole } from '../catalog/catalog_state.js';
 import { type PasswordDeriver, scramVerifier, verifierMatches } from './passwords.js';
 import { type LoginEvents, resetSettings } from './role_set_protocol.js';
@@ -101,8 +102,7 @@ export class LoginRepair {
       await withPooledClient(this.#options.admin, async (client) => {
         await client.query(sql.LOCK_LOGIN, [role.name]);
         try {
-          await client.query('begin');
-          try {
+          await withTransaction(client, async () => {
             const { rows } = await client.query(sql.LOCK_ENABLED_ROLE, [role.oid]);
             if (rows.length === 0) {
               throw new RoleResolutionFailedError('that role was disabled or dropped meanwhile', {
@@ -113,11 +113,7 @@ export class LoginRepair {
               `alter role ${ident} with ${sql.LOGIN_ATTRIBUTES} password ${verifier}`,
             );
             await resetSettings(client, role.name);
-            await client.query('commit');
-          } catch (err) {
-            await client.query('rollback').catch(() => {});
-            throw err;
-          }
+          });
           await client.query(sql.TERMINATE_BACKENDS, [role.name]);
         } finally {
           await client.query(sql.UNLOCK_LOGIN, [role.name]).catch(() => {});

@@ -4,25 +4,18 @@ import type {
   DatatableLease,
   DatatableQueryResult,
 } from '../../connector/datatable_connector.js';
-import {
-  ConnectionLostError,
-  InvalidDataError,
-  NoViewerAttributeError,
-  NoViewerError,
-} from '../../errors.js';
+import { ConnectionLostError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import { type LeadStatement, queryWithLead } from '../../pg/lead_query.js';
 import {
   CANNOT_RUN_IN_BLOCK,
   INSUFFICIENT_PRIVILEGE,
   isConnectionLost,
-  isDataException,
-  NO_ATTRIBUTE,
-  NO_EMAIL,
   NO_IDENTITY,
   SYNTAX_ERROR,
   sqlstateOf,
 } from '../../pg/sqlstate.js';
+import { refusalOf } from './statement_refusals.js';
 
 /**
  * What a release runs on the connection (one Query message) before pooling it, then `onDone`
@@ -222,25 +215,8 @@ export class PooledLease implements DatatableLease {
         throw new ConnectionLostError(undefined, { cause: err });
       }
       this.#afterStatement(client, null);
-      // Class 22 (data exception: a NUL byte, bad encoding, out-of-range value…) is the
-      // request's fault, not the server's: a coded 4xx instead of a runnable failure.
       const code = sqlstateOf(err);
-      if (code === NO_IDENTITY) {
-        if (this.#bindSent) this.#onIdentityRefused?.();
-        throw new NoViewerError(
-          'this connection carries no viewer identity: only a run with a viewer, connected with ?as=viewer, has one',
-          { cause: err },
-        );
-      }
-      if (code === NO_EMAIL) {
-        throw new NoViewerError(
-          'this viewer has no email: an embed viewer has one only when its host signed one',
-          { cause: err },
-        );
-      }
-      if (code === NO_ATTRIBUTE) {
-        throw new NoViewerAttributeError(undefined, { cause: err });
-      }
+      if (code === NO_IDENTITY && this.#bindSent) this.#onIdentityRefused?.();
       if (code === INSUFFICIENT_PRIVILEGE && (await this.#loginGone(client))) {
         // Not the runnable's refusal: the session outlived its login (dropped under it, by a
         // retire whose TERMINATE missed it while it was starting, or by an operator). Never
@@ -251,17 +227,7 @@ export class PooledLease implements DatatableLease {
           { cause: err },
         );
       }
-      if (isDataException(code)) {
-        // Postgres's message can quote the value (an email, an arg): only the SQLSTATE goes in
-        // ours; the original stays in `cause` for whoever chooses to look.
-        throw new InvalidDataError(
-          `the database refused a value in this request (SQLSTATE ${code})`,
-          {
-            cause: err,
-          },
-        );
-      }
-      throw err;
+      throw refusalOf(code, err) ?? err;
     }
   }
 

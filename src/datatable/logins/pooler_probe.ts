@@ -8,7 +8,7 @@ const ATTEMPTS = 5;
 
 /**
  * Refuses a transaction pooler that carries session state from one transaction to the next
- * (issue 24 §3; SPEC invariant 12). In transaction mode a backend goes to another client after
+ * (SPEC invariant 12). In transaction mode a backend goes to another client after
  * every transaction; without `server_reset_query_always = 1` PgBouncer does not reset it, and a
  * runnable's `SET ROLE` reaches the next run of its login. The library cannot read the
  * pooler's settings, so it looks: one client sets a session setting (its own transaction),

@@ -8,6 +8,7 @@ import type { TypedEmitter } from '../../events.js';
 import { type Logger, silentLogger } from '../../logger.js';
 import { withClient, withPooledClient } from '../../pg/pg_clients.js';
 import { sqlstateOf } from '../../pg/sqlstate.js';
+import { withTransaction } from '../../pg/transaction.js';
 import { PasswordDeriver, scramVerifier } from './passwords.js';
 import {
   LOGIN_ATTRIBUTES,
@@ -189,7 +190,7 @@ export class RoleSetProtocol {
     const ident = pg.escapeIdentifier(login);
 
     if (takeBack) {
-      await inTransaction(client, async () => {
+      await withTransaction(client, async () => {
         const roles = await this.#lockEnabledRoles(client, oids);
         await this.#step('alter-login', login);
         await client.query(`alter role ${ident} with ${LOGIN_ATTRIBUTES} password ${verifier}`);
@@ -397,16 +398,5 @@ export async function resetSettings(client: pg.ClientBase, login: string): Promi
         ? `alter role ${ident} reset all`
         : `alter role ${ident} in database ${pg.escapeIdentifier(database)} reset all`,
     );
-  }
-}
-
-async function inTransaction(client: pg.PoolClient, fn: () => Promise<void>): Promise<void> {
-  await client.query('begin');
-  try {
-    await fn();
-    await client.query('commit');
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
   }
 }

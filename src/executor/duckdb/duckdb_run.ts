@@ -15,17 +15,20 @@ export interface DuckdbModule {
     create(path: string, options: Record<string, string>): Promise<DuckdbInstanceLike>;
   };
 }
-interface DuckdbInstanceLike {
+/** A DuckDB instance, as a run uses it. */
+export interface DuckdbInstanceLike {
   connect(): Promise<DuckdbConnectionLike>;
   closeSync(): void;
 }
-interface DuckdbConnectionLike {
+/** A connection to a DuckDB instance, as a run uses it. */
+export interface DuckdbConnectionLike {
   run(sql: string): Promise<unknown>;
   runAndReadAll(sql: string): Promise<{ getRowObjectsJS(): Record<string, unknown>[] }>;
   createAppender(table: string, schema: string, catalog: string): Promise<DuckdbAppenderLike>;
   closeSync(): void;
 }
-interface DuckdbAppenderLike {
+/** A DuckDB appender, as a run copies rows in with it. */
+export interface DuckdbAppenderLike {
   appendVarchar(value: string): void;
   appendNull(): void;
   endRow(): void;

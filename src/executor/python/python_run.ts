@@ -7,7 +7,7 @@ import {
   DatatableUnavailableError,
   ExecutorFailedError,
   ExecutorTimeoutError,
-  errors,
+  errorClassOf,
   PythonUnavailableError,
   ResultTooLargeError,
 } from '../../errors.js';
@@ -153,7 +153,7 @@ function spawnPython(
         );
       }
       if (answer.ok) return resolve(answer.value ?? null);
-      const Coded = answer.code ? errors[answer.code as keyof typeof errors] : undefined;
+      const Coded = errorClassOf(answer.code);
       reject(
         Coded !== undefined
           ? new Coded(answer.message)

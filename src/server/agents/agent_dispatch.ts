@@ -1,12 +1,10 @@
 import {
   ExecutorFailedError,
   ExecutorTimeoutError,
-  errors,
   type Job,
   type JobExecutor,
   type JobResult,
   NoWorkersError,
-  type ViewerCacheError,
 } from '../../index.js';
 import type { AgentIdentity } from '../credentials/agent_tokens.js';
 import type { JobTokens } from '../credentials/tokens.js';

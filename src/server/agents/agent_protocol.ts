@@ -4,7 +4,14 @@
  * reported code back to an error. It is the only file of the server that the agent process
  * loads (a dependency-cruiser rule holds it to that), so it imports nothing but the library.
  */
-import { ExecutorFailedError, errors, type Job, type ViewerCacheError } from '../../index.js';
+import {
+  ExecutorFailedError,
+  errorClassOf,
+  errors,
+  isDataException,
+  type Job,
+  type ViewerCacheError,
+} from '../../index.js';
 
 /** The header every agent request carries: the agent protocol version it speaks. */
 export const AGENT_PROTOCOL_HEADER = 'x-viewer-cache-agent-protocol';
@@ -34,8 +41,6 @@ export type AgentOutcome =
 
 const CODE_RE = /^E_[A-Z0-9_]{1,48}$/;
 
-const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
-
 /**
  * The failure an agent reported, as the error class of its code when it is one of ours (a
  * refusal keeps its status: E_NO_VIEWER is still a 403), E_INVALID_DATA for a statement's data
@@ -45,10 +50,9 @@ const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
 export function failureOf(code: string, message: string): ViewerCacheError {
   // A statement's data exception (SQLSTATE class 22, e.g. a NUL byte in an argument) is the
   // caller's bad input, 400 as in process; its text may quote the value, so it is not kept.
-  if (DATA_EXCEPTION.test(code)) return new errors.E_INVALID_DATA();
+  if (isDataException(code)) return new errors.E_INVALID_DATA();
   const text = String(message).slice(0, 500) || 'the runnable failed on the agent';
-  if (CODE_RE.test(code) && Object.hasOwn(errors, code)) {
-    return new errors[code as keyof typeof errors](text);
-  }
+  const Coded = CODE_RE.test(code) ? errorClassOf(code) : undefined;
+  if (Coded !== undefined) return new Coded(text);
   return new ExecutorFailedError(text);
 }

@@ -1,10 +1,9 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
-import { createDatatables, type Datatables, type Logger, WORKSPACE_RE } from '../../index.js';
+import { type Datatables, type Logger, WORKSPACE_RE } from '../../index.js';
 import { readConfig, type ServerConfig } from '../process/config.js';
-import { loadSecretKey, openDatabase } from '../process/connections.js';
-import { migrateServer } from '../process/server_migrations.js';
+import { openAssembly } from '../start/assembly.js';
 
 // What every CLI command shares: output, the catalog connection, argument checks.
 
@@ -34,29 +33,23 @@ export function table(
 
 /** Opens the catalog (DATABASE_URL or the embedded server's), runs `fn`, and closes it all. */
 export async function withCatalog<T>(
-  fn: (ctx: { datatables: Datatables; pool: pg.Pool; config: ServerConfig }) => Promise<T>,
+  fn: (ctx: {
+    datatables: Datatables;
+    pool: pg.Pool;
+    config: ServerConfig;
+    secretKey: string;
+  }) => Promise<T>,
 ): Promise<T> {
   const config = readConfig();
   const logger: Logger = pino({ level: process.env['LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
-  const secretKey = await loadSecretKey(config);
-  const database = await openDatabase(config, logger);
-  let datatables: Datatables | undefined;
-  const pool = new pg.Pool({ connectionString: database.url, max: 2 });
-  pool.on('error', () => {}); // an idle client's failure; the next query reports its own
+  // No apps and no store; a change returns once every running server acknowledged it.
+  const { datatables, pool, secretKey, release } = await openAssembly(config, logger, {
+    role: 'cli',
+  });
   try {
-    // A change returns once every running server acknowledged it: their next run sees it.
-    datatables = await createDatatables({
-      connection: database.url,
-      secretKey,
-      logger,
-      catalog: { awaitPropagation: true },
-    });
-    await migrateServer(pool);
-    return await fn({ datatables, pool, config });
+    return await fn({ datatables, pool, config, secretKey });
   } finally {
-    await datatables?.close();
-    await pool.end();
-    await database.embedded?.stop();
+    await release();
   }
 }
 

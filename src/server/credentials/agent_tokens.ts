@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { Logger } from '../../index.js';
 import { SERVER_SCHEMA } from '../process/server_migrations.js';
 import { RevocableCache } from './revocable_cache.js';
+import { revokeCredentials } from './revoke.js';
 
 /** Who an agent token belongs to: a worker group of one workspace. */
 export interface AgentIdentity {
@@ -96,35 +97,17 @@ export class AgentTokens {
         'an agent token id is 8 to 64 hex digits, as `agent-token list` shows it',
       );
     }
-    const client = await this.#pool.connect();
-    try {
-      await client.query('begin');
-      const where =
-        'id' in which
-          ? `workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`
-          : 'workspace = $1 and worker_group = $2';
-      const value = 'id' in which ? which.id : which.group;
-      if ('id' in which) {
-        const { rows } = await client.query<{ n: number }>(
-          `select count(*)::int as n from ${SERVER_SCHEMA}.agent_token where ${where}`,
-          [workspace, value],
-        );
-        if ((rows[0]?.n ?? 0) > 1)
-          throw new TypeError('that id names several tokens: give more digits');
-      }
-      const { rowCount } = await client.query(
-        `delete from ${SERVER_SCHEMA}.agent_token where ${where}`,
-        [workspace, value],
-      );
-      await client.query(`update ${SERVER_SCHEMA}.token_generation set value = value + 1`);
-      await client.query('commit');
-      return rowCount ?? 0;
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    return revokeCredentials(this.#pool, {
+      table: 'agent_token',
+      action: 'delete',
+      ...('id' in which
+        ? {
+            where: `workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`,
+            params: [workspace, which.id],
+            oneRow: true,
+          }
+        : { where: 'workspace = $1 and worker_group = $2', params: [workspace, which.group] }),
+    });
   }
 
   /** The agent behind `token`, or null (unknown, revoked, or not an agent token). */

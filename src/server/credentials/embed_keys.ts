@@ -10,6 +10,7 @@ import {
 } from '../../index.js';
 import { SERVER_SCHEMA } from '../process/server_migrations.js';
 import { RevocableCache } from './revocable_cache.js';
+import { revokeCredentials } from './revoke.js';
 
 /** An embed key as `embed-key list` shows it: never key material. */
 export interface EmbedKeyInfo {
@@ -101,23 +102,13 @@ export class EmbedKeys implements EmbedKeySource {
    */
   async revoke(workspace: string, kid: string): Promise<boolean> {
     if (!KID_RE.test(kid)) throw new TypeError('a key id is what `embed-key list` shows');
-    const client = await this.#pool.connect();
-    try {
-      await client.query('begin');
-      const { rowCount } = await client.query(
-        `update ${SERVER_SCHEMA}.embed_key set revoked_at = now()
-          where workspace = $1 and kid = $2 and revoked_at is null`,
-        [workspace, kid],
-      );
-      await client.query(`update ${SERVER_SCHEMA}.token_generation set value = value + 1`);
-      await client.query('commit');
-      return (rowCount ?? 0) > 0;
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    const revoked = await revokeCredentials(this.#pool, {
+      table: 'embed_key',
+      action: 'stamp',
+      where: 'workspace = $1 and kid = $2',
+      params: [workspace, kid],
+    });
+    return revoked > 0;
   }
 
   async embedKey(workspace: string, kid: string): Promise<EmbedKey | undefined> {

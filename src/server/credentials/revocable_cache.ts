@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type pg from 'pg';
 import { DatabaseUnreachableError, type Logger, unreachableReason } from '../../index.js';
-import { PollBackoff } from '../process/poll_backoff.js';
+import { BackoffPoller } from '../process/poll_backoff.js';
 import { SERVER_SCHEMA } from '../process/server_migrations.js';
 
 export interface RevocableCacheOptions {
@@ -38,37 +38,37 @@ export class RevocableCache<V extends object> {
   #confirmedAt = Number.NEGATIVE_INFINITY;
   /** Bumped whenever the cache is cleared: a lookup that straddles a clear does not cache. */
   #epoch = 0;
-  #timer: NodeJS.Timeout | undefined;
-  #polling = false;
-  #stopped = false;
-  readonly #backoff: PollBackoff;
+  readonly #poller: BackoffPoller;
 
   constructor(pool: pg.Pool, options: RevocableCacheOptions) {
     this.#pool = pool;
     this.#maxStaleMs = options.maxStaleMs ?? 1000;
     this.#logger = options.logger;
     this.#what = options.what;
-    this.#backoff = new PollBackoff(Math.max(50, this.#maxStaleMs / 4));
+    this.#poller = new BackoffPoller({
+      periodMs: Math.max(50, this.#maxStaleMs / 4),
+      poll: () => this.#poll(),
+      answeredAgain: (failedPolls) =>
+        this.#logger?.info(
+          { failedPolls },
+          `revocation poll answering again; ${this.#what} cached again`,
+        ),
+      // One line per backoff step, not per period: an outage must not flood the log.
+      failed: (err, { failedPolls, retryInMs }) =>
+        this.#logger?.warn(
+          { err: (err as Error).message, failedPolls, retryInMs },
+          `revocation poll failed; ${this.#what} are checked in Postgres until it answers`,
+        ),
+    });
   }
 
   /** Starts polling the revocation generation (a quarter of `maxStaleMs` apart). */
-  async start(): Promise<void> {
-    this.#stopped = false;
-    await this.#poll();
-    this.#next();
+  start(): Promise<void> {
+    return this.#poller.start();
   }
 
   stop(): void {
-    this.#stopped = true;
-    clearTimeout(this.#timer);
-  }
-
-  #next(): void {
-    if (this.#stopped) return;
-    this.#timer = setTimeout(() => {
-      void this.#poll().then(() => this.#next());
-    }, this.#backoff.delayMs);
-    this.#timer.unref();
+    this.#poller.stop();
   }
 
   /** The value cached for `key`, or what `load` finds in Postgres (cached unless a clear raced). */
@@ -99,36 +99,15 @@ export class RevocableCache<V extends object> {
   }
 
   async #poll(): Promise<void> {
-    if (this.#polling) return;
-    this.#polling = true;
     const sentAt = performance.now();
-    try {
-      const { rows } = await this.#pool.query<{ value: string }>(
-        `select value from ${SERVER_SCHEMA}.token_generation`,
-      );
-      const value = rows[0]?.value ?? null;
-      if (value !== this.#generation) {
-        this.#generation = value;
-        this.#clear();
-      }
-      this.#confirmedAt = sentAt;
-      const failedPolls = this.#backoff.answered();
-      if (failedPolls > 0) {
-        this.#logger?.info(
-          { failedPolls },
-          `revocation poll answering again; ${this.#what} cached again`,
-        );
-      }
-    } catch (err) {
-      this.#backoff.failed();
-      // One line per backoff step, not per period: an outage must not flood the log.
-      const { failures: failedPolls, delayMs: retryInMs } = this.#backoff;
-      this.#logger?.warn(
-        { err: (err as Error).message, failedPolls, retryInMs },
-        `revocation poll failed; ${this.#what} are checked in Postgres until it answers`,
-      );
-    } finally {
-      this.#polling = false;
+    const { rows } = await this.#pool.query<{ value: string }>(
+      `select value from ${SERVER_SCHEMA}.token_generation`,
+    );
+    const value = rows[0]?.value ?? null;
+    if (value !== this.#generation) {
+      this.#generation = value;
+      this.#clear();
     }
+    this.#confirmedAt = sentAt;
   }
 }

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { Job, JobPerms, JobTokenIssuer, Logger, RunningJobs } from '../../index.js';
 import { SERVER_SCHEMA } from '../process/server_migrations.js';
 import { RevocableCache } from './revocable_cache.js';
+import { revokeCredentials } from './revoke.js';
 
 /** Who a bearer token belongs to. */
 export interface TokenIdentity {
@@ -144,39 +145,18 @@ export class ApiTokens {
     if ('id' in which && !TOKEN_ID_RE.test(which.id)) {
       throw new TypeError('a token id is 8 to 64 hex digits, as `token list` shows it');
     }
-    const client = await this.#pool.connect();
-    try {
-      await client.query('begin');
-      if ('id' in which) {
-        const { rows } = await client.query<{ n: number }>(
-          `select count(*)::int as n from ${SERVER_SCHEMA}.api_token
-            where workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`,
-          [workspace, which.id],
-        );
-        // A short id could name several tokens: revoke exactly one, or none.
-        if ((rows[0]?.n ?? 0) > 1)
-          throw new TypeError('that id names several tokens: give more digits');
-      }
-      const { rowCount } =
-        'id' in which
-          ? await client.query(
-              `delete from ${SERVER_SCHEMA}.api_token
-                where workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`,
-              [workspace, which.id],
-            )
-          : await client.query(
-              `delete from ${SERVER_SCHEMA}.api_token where workspace = $1 and email = $2`,
-              [workspace, which.email],
-            );
-      await client.query(`update ${SERVER_SCHEMA}.token_generation set value = value + 1`);
-      await client.query('commit');
-      return rowCount ?? 0;
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    // A short id could name several tokens: revoke exactly one, or none.
+    return revokeCredentials(this.#pool, {
+      table: 'api_token',
+      action: 'delete',
+      ...('id' in which
+        ? {
+            where: `workspace = $1 and starts_with(encode(token_hash, 'hex'), $2)`,
+            params: [workspace, which.id],
+            oneRow: true,
+          }
+        : { where: 'workspace = $1 and email = $2', params: [workspace, which.email] }),
+    });
   }
 
   /** The identity behind `token`, or null. */

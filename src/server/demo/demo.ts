@@ -1,11 +1,11 @@
 import pg from 'pg';
 import {
   type Datatables,
-  type ErrorCode,
-  errors,
+  errorClassOf,
   type RunContext,
   type RunnableDefinition,
   ViewerCacheError,
+  withTransaction,
 } from '../../index.js';
 import { type AppsContext, defineApps } from '../apps/apps.js';
 import type { ApiTokens } from '../credentials/tokens.js';
@@ -102,8 +102,8 @@ export default defineApps(({ childRunUrl }: AppsContext) => {
  * known code is the parent's runnable failure.
  */
 function childFailure(status: number, code: unknown): Error {
-  if (typeof code === 'string' && Object.hasOwn(errors, code))
-    return new errors[code as ErrorCode]();
+  const Coded = errorClassOf(code);
+  if (Coded !== undefined) return new Coded();
   if (status >= 400 && status < 500) {
     const known = typeof code === 'string' && /^E_[A-Z_]{1,40}$/.test(code);
     return new ViewerCacheError('the child run was refused', {
@@ -164,8 +164,7 @@ async function seedLocked(
   if (!existing.has(amer))
     await admin.createRole(DEMO_WORKSPACE, 'main', amer, { tenants: ['group:amer'] });
 
-  try {
-    await client.query('begin');
+  await withTransaction(client, async () => {
     await client.query('create schema if not exists demo');
     await client.query(
       `create table if not exists demo.orders (
@@ -192,11 +191,7 @@ async function seedLocked(
         `create policy ${name} on demo.orders for select using (region = ${pg.escapeLiteral(region)} and pg_has_role(current_user, ${pg.escapeLiteral(role)}, 'member'))`,
       );
     }
-    await client.query('commit');
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  }
+  });
 
   await seedClinics({
     datatables,

@@ -13,7 +13,7 @@ export const DEMO_APPS = 'demo';
 
 /**
  * Loads what the server serves: {@link DEMO_APPS} for the demo's two modules, else the apps
- * module at the path `source` (see {@link loadAppsModule}).
+ * module at the path `source` (see `loadAppsModule`).
  */
 export async function loadApps(source: string, context: AppsContext): Promise<ServedApps> {
   if (source !== DEMO_APPS) return loadAppsModule(source, context);

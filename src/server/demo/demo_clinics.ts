@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Datatables, RunnableDefinition } from '../../index.js';
+import { type Datatables, type RunnableDefinition, withTransaction } from '../../index.js';
 import { type AppDefinition, type AppsContext, defineApps } from '../apps/apps.js';
 import { clinicsPolyglotRunnables } from './demo_clinics_polyglot.js';
 import { DEMO_PUBLISHER, DEMO_WORKSPACE } from './demo_users.js';
@@ -85,7 +85,7 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
         return rows;
       },
     },
-    // --- Python and DuckDB twins of patients and counts (issue 21) ---
+    // --- Python and DuckDB twins of patients and counts ---
     ...clinicsPolyglotRunnables(CLINICS_DATATABLE, roles),
     // --- end of the twins ---
   };
@@ -161,12 +161,7 @@ export async function seedClinics(options: {
   client.on('error', () => {});
   await client.connect();
   try {
-    await client.query('begin');
-    await createDataset(client, roles, firstStart);
-    await client.query('commit');
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
+    await withTransaction(client, () => createDataset(client, roles, firstStart));
   } finally {
     await client.end();
   }

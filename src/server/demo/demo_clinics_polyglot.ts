@@ -1,6 +1,6 @@
 import type { RunnableDefinition } from '../../index.js';
 
-// The clinics app's Python and DuckDB twins (issue 21): each asks for exactly what its SQL twin
+// The clinics app's Python and DuckDB twins: each asks for exactly what its SQL twin
 // asks for (the same reference, narrowed the same way) and returns the same rows, for every
 // viewer. Kept in a file of its own so the demo worlds can move without touching it.
 

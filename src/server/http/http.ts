@@ -17,6 +17,7 @@ import {
 import type { Apps } from '../apps/apps.js';
 import type { ScheduleStatus } from '../apps/scheduler.js';
 import type { ApiTokens, JobTokenGrant, TokenIdentity } from '../credentials/tokens.js';
+import type { AccessRecord } from '../process/access_record.js';
 import { limitConnections } from './connection_limits.js';
 import { type AgentRouteDeps, registerAgentRoutes } from './http_agents.js';
 import { requireCachingDecisions, setLiveHeaders } from './http_caching.js';
@@ -24,6 +25,11 @@ import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { deferredChildLogger } from './http_logger.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
+import { traceRequests } from './http_tracing.js';
+
+/** How a run ended, as the run-latency histogram labels it. */
+export type RunOutcome = 'hit' | 'miss' | 'refused' | 'failed';
+
 import {
   ajvOptions,
   appParams,
@@ -66,10 +72,13 @@ export interface HttpDeps {
   agentGroup?: string;
   /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
   embedVerifier?: EmbedVerifier;
+  /** Records each run (who was shown what, when); absent: nothing recorded. */
+  accessRecord?: Pick<AccessRecord, 'record'>;
   metrics: {
     registry: Registry;
-    observeRequest(route: string, status: number): void;
-    observeJob(outcome: string): void;
+    observeRequest(route: string, status: number, seconds: number): void;
+    /** A run ended: `code` is 'ok' or the error code; `outcome` a fixed vocabulary. */
+    observeJob(code: string, outcome: RunOutcome, seconds: number): void;
   };
   /** Per-recipient runs and outboxes (http_recipients.ts); absent: those routes are 404. */
   recipients?: Pick<RecipientRouteDeps, 'perRecipient' | 'outbox'>;
@@ -179,15 +188,45 @@ export function buildHttpApp(deps: HttpDeps) {
     return identity;
   };
 
+  // With an OpenTelemetry SDK registered, each request has a span and its run runs inside it.
+  const within = traceRequests(app);
+
+  // The access record needs each job's origin kind, which the job does not carry: kept here
+  // beside the job (only when recording).
+  const { accessRecord } = deps;
+  const originKinds = accessRecord === undefined ? null : new WeakMap<Job, string>();
+  const recordAccess = (
+    reply: FastifyReply,
+    job: Job,
+    outcome: RunOutcome,
+    code: string | null,
+  ) => {
+    const params = reply.request.params as { app?: unknown };
+    accessRecord!.record({
+      job,
+      app: typeof params.app === 'string' ? params.app : null,
+      origin: originKinds!.get(job) ?? 'unknown',
+      outcome,
+      code,
+    });
+  };
+
   const run = async (reply: FastifyReply, job: Job) => {
+    const started = performance.now();
     let result: JobResult;
     try {
-      result = await cache.run(job);
+      result = await within(reply.request, () => cache.run(job));
     } catch (err) {
-      metrics.observeJob(err instanceof ViewerCacheError ? err.code : 'E_INTERNAL');
+      const seconds = (performance.now() - started) / 1000;
+      const code = err instanceof ViewerCacheError ? err.code : 'E_INTERNAL';
+      const outcome = err instanceof ViewerCacheError && err.status < 500 ? 'refused' : 'failed';
+      metrics.observeJob(code, outcome, seconds);
+      if (accessRecord !== undefined) recordAccess(reply, job, outcome, code);
       throw err;
     }
-    metrics.observeJob('ok');
+    const outcome = result.fromCache ? 'hit' : 'miss';
+    metrics.observeJob('ok', outcome, (performance.now() - started) / 1000);
+    if (accessRecord !== undefined) recordAccess(reply, job, outcome, null);
     sendResult(reply, job.id, result);
   };
 
@@ -202,8 +241,8 @@ export function buildHttpApp(deps: HttpDeps) {
     origin: RunOrigin,
     credential: TokenIdentity | null,
     cacheTtlS?: number,
-  ) =>
-    executor.createJob({
+  ) => {
+    const job = executor.createJob({
       workspace,
       path: body.path,
       args: body.args ?? {},
@@ -212,6 +251,9 @@ export function buildHttpApp(deps: HttpDeps) {
       ...(credential?.roleScope === undefined ? {} : { roleScope: credential.roleScope }),
       ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
     });
+    originKinds?.set(job, origin.kind);
+    return job;
+  };
 
   const appOf = (appName: string, mustBePublic: boolean) => {
     const definition = Object.hasOwn(apps, appName) ? apps[appName] : undefined;

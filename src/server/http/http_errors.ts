@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import { errors, ViewerCacheError } from '../../index.js';
+import { errors, isDataException, ViewerCacheError } from '../../index.js';
 
 /** An error answer: a stable code and a message safe to show (never data, never identities). */
 export class HttpError extends Error {
@@ -23,9 +23,6 @@ type Thrown = Error & { statusCode?: number; code?: unknown; validation?: unknow
 
 /** How deep a cause chain is followed (a child job's refusal sits one or two levels down). */
 const MAX_CAUSE_DEPTH = 8;
-/** SQLSTATE class 22, data exception: a value the client sent (NUL byte, bad number, …). */
-const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
-
 const defaultMessage = (error: ViewerCacheError): string =>
   (error.constructor as { defaultMessage?: string }).defaultMessage ?? 'internal error';
 
@@ -101,7 +98,7 @@ function codedRefusal(error: unknown): HttpErrorBody | null {
     }
     const sqlstate = (current as { code?: unknown }).code;
     // `severity` tells a pg DatabaseError from a Node or Fastify error that has a `code` too.
-    if (typeof sqlstate === 'string' && DATA_EXCEPTION.test(sqlstate) && 'severity' in current) {
+    if (isDataException(sqlstate) && 'severity' in current) {
       return {
         status: 400,
         code: errors.E_INVALID_DATA.code,

@@ -7,7 +7,7 @@ import type { JobResult, Logger } from '../../index.js';
 const CLOSE = Buffer.from('}');
 
 /** Counts a finished request for /metrics. */
-export type ObserveRequest = (route: string, status: number) => void;
+export type ObserveRequest = (route: string, status: number, seconds: number) => void;
 
 /**
  * Fastify's own request logging wrote two lines per request, synchronously, with the raw URL (a
@@ -45,7 +45,11 @@ export class RequestLog extends LogController {
     // Decided once: with the line off, completing a request only counts it.
     if (!accessLog) {
       this.requestCompleted = (_error, request, reply) =>
-        observeRequest(request.routeOptions.url ?? 'unmatched', reply.statusCode);
+        observeRequest(
+          request.routeOptions.url ?? 'unmatched',
+          reply.statusCode,
+          reply.elapsedTime / 1000,
+        );
     }
   }
 
@@ -60,7 +64,7 @@ export class RequestLog extends LogController {
   ): void {
     const route = request.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    this.#observeRequest(route, status);
+    this.#observeRequest(route, status, reply.elapsedTime / 1000);
     const code = this.#refusals.get(request);
     this.#access.info(
       {

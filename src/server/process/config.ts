@@ -38,6 +38,13 @@ export interface ServerConfig {
    * deployments whose proxy already logs requests. /metrics counts requests either way.
    */
   readonly accessLog: boolean;
+  /**
+   * The access record (`VIEWER_CACHE_ACCESS_RECORD=on|off`, default off): a row per run in the
+   * server's schema, the viewer as a keyed hash (see process/access_record.ts).
+   */
+  readonly accessRecord: boolean;
+  /** Days the access record keeps a row (`VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS`). */
+  readonly accessRecordRetentionDays: number;
   /** Pretty logs (a TTY), else JSON lines. */
   readonly prettyLogs: boolean;
   /**
@@ -127,6 +134,13 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     secretKey: env['VIEWER_CACHE_SECRET_KEY'] || null,
     logLevel: env['LOG_LEVEL'] || 'info',
     accessLog: onOff(env['VIEWER_CACHE_ACCESS_LOG'], 'VIEWER_CACHE_ACCESS_LOG') ?? true,
+    accessRecord: onOff(env['VIEWER_CACHE_ACCESS_RECORD'], 'VIEWER_CACHE_ACCESS_RECORD') ?? false,
+    accessRecordRetentionDays: integer(
+      env['VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS'] || '90',
+      'VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS',
+      1,
+      36_500,
+    ),
     prettyLogs:
       env['LOG_FORMAT'] === 'pretty' ||
       (env['LOG_FORMAT'] !== 'json' && process.stdout.isTTY === true),

@@ -1,4 +1,4 @@
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { CachedExecutor, Datatables } from '../../index.js';
 
 /**
@@ -9,10 +9,11 @@ import type { CachedExecutor, Datatables } from '../../index.js';
 export function createMetrics(
   cache: CachedExecutor,
   datatables: Datatables,
+  fleet: MetricsFleet = {},
 ): {
   registry: Registry;
-  observeRequest(route: string, status: number): void;
-  observeJob(outcome: string): void;
+  observeRequest(route: string, status: number, seconds: number): void;
+  observeJob(code: string, outcome: 'hit' | 'miss' | 'refused' | 'failed', seconds: number): void;
 } {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -96,10 +97,63 @@ export function createMetrics(
   );
   datatables.events.on('datatable:refused', ({ code }) => refused.inc({ code }));
 
+  new Gauge({
+    name: 'viewer_cache_catalog_generation',
+    help: 'The catalog generation this process has loaded',
+    registers: [registry],
+    collect() {
+      this.set(datatables.generation);
+    },
+  });
+  new Gauge({
+    name: 'viewer_cache_catalog_listener_up',
+    help: 'Whether the catalog listener (LISTEN) is connected: 0 means runs check Postgres directly',
+    registers: [registry],
+    collect() {
+      this.set(datatables.listenerUp ? 1 : 0);
+    },
+  });
+  const refreshes = new Counter({
+    name: 'viewer_cache_catalog_refreshes_total',
+    help: 'Catalog snapshots loaded (each catalog change, on every process)',
+    registers: [registry],
+  });
+  datatables.events.on('catalog:refreshed', () => refreshes.inc());
+  new Gauge({
+    name: 'viewer_cache_datatable_connections',
+    help: 'Data-table connections of this process: open, lent to runs, and leases waiting for room',
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      const { open, lent, waiting } = datatables.connections;
+      this.set({ state: 'open' }, open);
+      this.set({ state: 'lent' }, lent);
+      this.set({ state: 'waiting' }, waiting);
+    },
+  });
+  const { liveWorkers } = fleet;
+  if (liveWorkers !== undefined) {
+    new Gauge({
+      name: 'viewer_cache_workers_alive',
+      help: 'Queue workers whose heartbeat is fresh (queue mode); NaN when the queue did not answer',
+      registers: [registry],
+      async collect() {
+        this.set(await withinScrape(liveWorkers()));
+      },
+    });
+  }
+
   const requests = new Counter({
     name: 'viewer_cache_http_requests_total',
     help: 'HTTP requests by route pattern and status',
     labelNames: ['route', 'status'] as const,
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'viewer_cache_http_request_duration_seconds',
+    help: 'HTTP request latency by route pattern and status class (2xx, 4xx, 5xx…)',
+    labelNames: ['route', 'status_class'] as const,
+    buckets: HTTP_BUCKETS,
     registers: [registry],
   });
   const jobs = new Counter({
@@ -108,9 +162,59 @@ export function createMetrics(
     labelNames: ['outcome'] as const,
     registers: [registry],
   });
+  const runs = new Histogram({
+    name: 'viewer_cache_run_duration_seconds',
+    help: 'Run latency by outcome: hit, miss (executed), refused (4xx), failed (5xx)',
+    labelNames: ['outcome'] as const,
+    buckets: HTTP_BUCKETS,
+    registers: [registry],
+  });
+  // Children bound once per label set: observing through one skips prom-client's label hashing
+  // on every request (the route patterns and outcomes are few and fixed).
+  const latencyOf = new Map<string, ReturnType<typeof latency.labels>>();
+  const runsOf = new Map<string, ReturnType<typeof runs.labels>>();
   return {
     registry,
-    observeRequest: (route, status) => requests.inc({ route, status: String(status) }),
-    observeJob: (outcome) => jobs.inc({ outcome }),
+    observeRequest: (route, status, seconds) => {
+      requests.inc({ route, status: String(status) });
+      const statusClass = `${Math.trunc(status / 100)}xx`;
+      const bound = `${route} ${statusClass}`;
+      let child = latencyOf.get(bound);
+      if (child === undefined) {
+        child = latency.labels(route, statusClass);
+        latencyOf.set(bound, child);
+      }
+      child.observe(seconds);
+    },
+    observeJob: (code, outcome, seconds) => {
+      jobs.inc({ outcome: code });
+      let child = runsOf.get(outcome);
+      if (child === undefined) {
+        child = runs.labels(outcome);
+        runsOf.set(outcome, child);
+      }
+      child.observe(seconds);
+    },
   };
 }
+
+/** What the server knows of its fleet, for the gauges that describe it. */
+export interface MetricsFleet {
+  /** Queue mode: workers whose heartbeat is fresh. */
+  liveWorkers?: () => Promise<number>;
+}
+
+/** A scrape must answer even while Redis does not: NaN after 500 ms, or on failure. */
+function withinScrape(value: Promise<number>): Promise<number> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<number>((resolve) => {
+    timer = setTimeout(() => resolve(Number.NaN), 500);
+  });
+  return Promise.race([value.catch(() => Number.NaN), late]).finally(() => clearTimeout(timer));
+}
+
+/** From 100 µs (a hit) to 30 s (a long run). */
+const HTTP_BUCKETS = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+  30,
+];

@@ -43,3 +43,71 @@ export class PollBackoff {
     return failed;
   }
 }
+
+/** What a {@link BackoffPoller} runs and whom it tells. */
+export interface BackoffPollerOptions {
+  /** The pause between rounds while polls answer. */
+  readonly periodMs: number;
+  /** One round; a rejection is a failed poll (reported, then retried after a longer pause). */
+  readonly poll: () => Promise<void>;
+  /** A poll failed: called once per failure, hence once per backoff step. */
+  readonly failed: (err: unknown, state: { failedPolls: number; retryInMs: number }) => void;
+  /** The first poll that answered after `failedPolls` failures in a row. */
+  readonly answeredAgain: (failedPolls: number) => void;
+}
+
+/**
+ * A background poller on a {@link PollBackoff}: one round at a time (a round that would start
+ * while one runs is skipped), its timer unref'd (it never holds the process up), stopped for
+ * good by `stop()`.
+ */
+export class BackoffPoller {
+  readonly #options: BackoffPollerOptions;
+  readonly #backoff: PollBackoff;
+  #timer: NodeJS.Timeout | undefined;
+  #polling = false;
+  #stopped = false;
+
+  constructor(options: BackoffPollerOptions) {
+    this.#options = options;
+    this.#backoff = new PollBackoff(options.periodMs);
+  }
+
+  /** Starts the rounds: the first now (`pollFirst`, awaited) or after one period. */
+  async start(options: { pollFirst?: boolean } = {}): Promise<void> {
+    this.#stopped = false;
+    if (options.pollFirst !== false) await this.pollNow();
+    this.#next();
+  }
+
+  /** Stops the rounds; one already running finishes, and nothing is scheduled after it. */
+  stop(): void {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+  }
+
+  /** One round now (nothing if one is running); its failure is reported, never thrown. */
+  async pollNow(): Promise<void> {
+    if (this.#polling) return;
+    this.#polling = true;
+    try {
+      await this.#options.poll();
+      const failedPolls = this.#backoff.answered();
+      if (failedPolls > 0) this.#options.answeredAgain(failedPolls);
+    } catch (err) {
+      this.#backoff.failed();
+      const { failures: failedPolls, delayMs: retryInMs } = this.#backoff;
+      this.#options.failed(err, { failedPolls, retryInMs });
+    } finally {
+      this.#polling = false;
+    }
+  }
+
+  #next(): void {
+    if (this.#stopped) return;
+    this.#timer = setTimeout(() => {
+      void this.pollNow().then(() => this.#next());
+    }, this.#backoff.delayMs);
+    this.#timer.unref();
+  }
+}

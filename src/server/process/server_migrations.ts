@@ -115,6 +115,29 @@ const MIGRATIONS: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 7,
+    name: 'access record',
+    statements: [
+      // Who was shown what, when (opt-in: VIEWER_CACHE_ACCESS_RECORD=on): one row per run of the
+      // HTTP API, the viewer as a keyed hash only (an administrator who knows an email can list
+      // that person's rows with the CLI; a reader of the table alone learns no email). Never
+      // rows, args or tokens. Swept by age (VIEWER_CACHE_ACCESS_RECORD_RETENTION_DAYS).
+      `create table ${SERVER_SCHEMA}.access_record (
+        id bigint generated always as identity primary key,
+        at timestamptz not null,
+        workspace text not null,
+        app text,
+        runnable text not null,
+        origin text not null,
+        outcome text not null check (outcome in ('hit', 'miss', 'refused', 'failed')),
+        code text,
+        viewer_hash bytea
+      )`,
+      `create index access_record_viewer on ${SERVER_SCHEMA}.access_record (viewer_hash, at desc)`,
+      `create index access_record_at on ${SERVER_SCHEMA}.access_record (at)`,
+    ],
+  },
 ];
 
 export const LATEST_SERVER_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

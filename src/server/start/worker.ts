@@ -1,24 +1,21 @@
 import { createServer, type Server } from 'node:http';
-import pg from 'pg';
 import { Counter, Histogram } from 'prom-client';
 import {
-  createDatatables,
   createExecutor,
   createQueueWorker,
   InvalidJobError,
   type Logger,
-  migrateQueue,
   type QueueWorker,
   SharedJobTokens,
   WORKSPACE_RE,
   withResultCache,
 } from '../../index.js';
-import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
 import { boundedCheck, READY_CHECK_MS } from '../http/readiness.js';
 import type { ServerConfig } from '../process/config.js';
-import { loadSecretKey, openCacheStore, openQueueRedis } from '../process/connections.js';
+import { openQueueRedis } from '../process/connections.js';
 import { createMetrics } from '../process/metrics.js';
 import { redisReadiness } from '../process/store_readiness.js';
+import { openAssembly } from './assembly.js';
 
 export interface WorkerCommandOptions {
   /** Jobs run at once. @default 1 */
@@ -56,63 +53,38 @@ export async function startWorker(
       'a worker needs VIEWER_CACHE_SECRET_KEY: the servers’ secret (queue messages and entries are sealed under it)',
     );
   }
-  const cleanup: (() => Promise<unknown>)[] = [];
-  const close = async () => {
-    for (const step of cleanup.reverse()) await step().catch(() => {});
+  // A runnable's job-token child run goes to the server (VIEWER_CACHE_SERVER_URL), from
+  // parts validated here, as on the server.
+  const childRunUrl = (workspace: string) => {
+    if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
+    if (config.serverUrl === null)
+      throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
+    return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
   };
+  // The same apps as the servers (your module, or the demo's) and the same cache: same store,
+  // fingerprint and seal, so the same keys.
+  const assembly = await openAssembly(config, logger, {
+    role: 'worker',
+    apps: {
+      childRunUrl,
+      whenNone: 'refuse',
+      refusal: 'a worker runs the servers’ apps: give --apps PATH (VIEWER_CACHE_APPS) or --demo',
+    },
+    store: true,
+  });
+  const { apps: world, secretKey, datatables, pool, releases } = assembly;
+  const close = () => assembly.release();
   try {
-    const secretKey = await loadSecretKey(config);
     const queueRedis = openQueueRedis(config, logger);
-    cleanup.push(() => queueRedis.quit());
-    const datatables = await createDatatables({
-      connection: config.databaseUrl,
-      listenConnection: {
-        connectionString: config.listenUrl ?? config.databaseUrl,
-        application_name: `viewer-cache-worker-listener ${process.pid}`,
-      },
-      secretKey,
-      logger,
-    });
-    cleanup.push(() => datatables.close());
-    const pool = new pg.Pool({
-      connectionString: config.databaseUrl,
-      max: 4,
-      application_name: 'viewer-cache-worker',
-    });
-    pool.on('error', (err) => logger.warn({ err: err.message }, 'worker database connection lost'));
-    cleanup.push(() => pool.end());
-    await migrateQueue(pool);
-    const { store } = await openCacheStore(config, logger, cleanup);
-
-    // A runnable's job-token child run goes to the server (VIEWER_CACHE_SERVER_URL), from
-    // parts validated here, as on the server.
-    const childRunUrl = (workspace: string) => {
-      if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-      if (config.serverUrl === null)
-        throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
-      return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
-    };
-    // The same apps as the servers: your module, or the demo's.
-    const appsSource = config.appsPath ?? (config.seedDemo ? DEMO_APPS : null);
-    if (appsSource === null)
-      throw new TypeError(
-        'a worker runs the servers’ apps: give --apps PATH (VIEWER_CACHE_APPS) or --demo',
-      );
-    const world = await loadApps(appsSource, { childRunUrl, env: process.env });
+    releases.push(() => queueRedis.quit());
     const jobTokens = new SharedJobTokens({ pool, logger });
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
-    // The same cache as the servers': same store, fingerprint and seal, so the same keys.
     // Tracked: the worker runs the job, so it is the one that learns what a runnable version
     // depends on (SPEC invariant 17). The grown set is written to the shared learned sets
     // (Postgres, announced on viewer_cache_learned) before the result is stored under it, and
     // the servers read that set before keying, exactly as two in-process servers share them: a
     // server keys a run on the fingerprint over the stored set, the one the entry is under.
-    const cache = withResultCache(executor, {
-      store,
-      fingerprint: datatables.fingerprint,
-      logger,
-      seal: { secretKey },
-    });
+    const cache = withResultCache(executor, assembly.cacheOptions);
     const metrics = createMetrics(cache, datatables);
     const jobs = new Counter({
       name: 'viewer_cache_worker_jobs_total',
@@ -142,7 +114,7 @@ export async function startWorker(
       },
     });
     // First out on close: stop taking jobs and finish the running ones before the rest goes.
-    cleanup.push(() => worker.close());
+    releases.push(() => worker.close());
     await worker.ready();
 
     let url: string | null = null;
@@ -180,7 +152,7 @@ export async function startWorker(
         typeof address === 'object' && address !== null
           ? `http://${config.host}:${address.port}`
           : null;
-      cleanup.push(() => new Promise((resolve) => http.close(resolve)));
+      releases.push(() => new Promise((resolve) => http.close(resolve)));
     }
     logger.info({ id: worker.id, concurrency: options.concurrency }, 'worker started');
     return { worker, url, close };

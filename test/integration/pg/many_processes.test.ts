@@ -25,7 +25,10 @@ const ALICE = 'alice@example.com';
 const STARTUP_ROUNDS = Number(process.env['VC_TEST_STARTUP_ROUNDS'] ?? 5);
 /** Changes per kind and direction (the bench does ≥ 30). */
 const TRIALS = Number(process.env['VC_TEST_PROPAGATION_TRIALS'] ?? 2);
-/** The stated bound: a change reaches every process within heartbeat + timeout (README). */
+/**
+ * The stated bound: a change reaches every process within heartbeat + timeout
+ * (docs/several-processes.md).
+ */
 const BOUND_MS = 2000;
 
 async function aliceRows(url: string, secretKey: string): Promise<unknown> {

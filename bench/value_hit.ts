@@ -1,0 +1,225 @@
+/**
+ * `value_hit`: a hit that returns the *value* (parsed), as a library caller reads it — through
+ * `createViewerCache(...).run` over the in-process `MemoryCacheStore`, one viewer per entry —
+ * against:
+ *
+ * - `map_get_parse` (floor): `Map.get` of the same JSON text under a precomputed key, and the
+ *   same `JSON.parse`: what any in-process cache returning a fresh value cannot do without;
+ * - `result_cache_value_hit`: the same hit through `withResultCache` handed the very jobs
+ *   BentoCache is handed (no `createViewerCache` job building: the like-for-like row);
+ * - `bento_memory_ref_value_hit`: BentoCache 1.6.1 `getOrSet`, memory store, `serialize: false`,
+ *   holding the parsed value (a hit hands back the stored reference: no parse at all), with
+ *   its key derived by `cachedResultPath` as ours is.
+ *
+ * `npx tsx bench/value_hit.ts [--quick]` runs it alone (no Redis, no Postgres).
+ */
+import { BentoCache, bentostore } from 'bentocache';
+import { memoryDriver } from 'bentocache/drivers/memory';
+import {
+  cachedResultPath,
+  createViewerCache,
+  MemoryCacheStore,
+  type ViewerRun,
+  withResultCache,
+} from '../src/index.js';
+import {
+  GuardedExecutor,
+  RUN_PREFIX,
+  type ScenarioSet,
+  type SizeFixture,
+  TTL_S,
+  VIEWERS,
+} from './fixtures.js';
+import { BenchInvariantError, fmt, markdownTable, type Scenario } from './helpers.js';
+import type { Row } from './report.js';
+
+export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
+  const { text, bytes } = fx;
+  const value: unknown = JSON.parse(text);
+  const runs: ViewerRun[] = fx.jobs.map((job) => ({
+    path: job.runnable.path,
+    args: job.args,
+    origin: { kind: 'app', session: { email: job.perms.endUserEmail! } },
+  }));
+  let executions = 0;
+  let armed = false;
+  const store = new MemoryCacheStore({ maxBytes: Math.max(64 << 20, runs.length * bytes * 2) });
+  const cache = createViewerCache({
+    functions: {
+      [fx.jobs[0]!.runnable.path]: () => {
+        executions++;
+        if (armed) throw new BenchInvariantError('value_hit: a measured "hit" executed');
+        return value;
+      },
+    },
+    store,
+    ttl: TTL_S * 1000,
+    workspace: fx.jobs[0]!.workspace,
+  });
+  for (const run of runs) await cache.run(run);
+  if (store.size !== runs.length) {
+    throw new BenchInvariantError(`value_hit: filled ${store.size}/${runs.length}`);
+  }
+
+  const map = new Map<string, string>(fx.keys.map((key) => [key, text]));
+
+  const guarded = new GuardedExecutor('result_cache_value_hit', fx.json);
+  const jobStore = new MemoryCacheStore({ maxBytes: Math.max(64 << 20, runs.length * bytes * 2) });
+  const jobCache = withResultCache(guarded, { store: jobStore });
+  for (const job of fx.jobs) await jobCache.run(job);
+  if (jobStore.size !== fx.jobs.length) {
+    throw new BenchInvariantError(`result_cache_value_hit: filled ${jobStore.size}`);
+  }
+  guarded.arm();
+
+  const bento = new BentoCache({
+    default: 'memoryRef',
+    ttl: TTL_S * 1000,
+    stores: {
+      memoryRef: bentostore({ prefix: `${RUN_PREFIX}bento-value-ref` }).useL1Layer(
+        memoryDriver({ maxItems: VIEWERS * 2, serialize: false }),
+      ),
+    },
+  });
+  const factory = () => {
+    executions++;
+    if (armed) throw new BenchInvariantError('value_hit: a measured BentoCache "hit" executed');
+    return JSON.parse(text) as unknown;
+  };
+  for (const job of fx.jobs) await bento.getOrSet({ key: cachedResultPath(job), factory });
+  armed = true;
+  const executed = executions;
+  const n = runs.length;
+  const rows = (value as { rows: unknown[] }).rows.length;
+  const check = (id: string, got: unknown) => {
+    if ((got as { rows?: unknown[] } | null)?.rows?.length !== rows) {
+      throw new BenchInvariantError(`${id}: not the stored value`);
+    }
+  };
+  const scenarios: Scenario[] = [
+    {
+      id: 'map_get_parse',
+      label: '`Map.get` + `JSON.parse` of the same JSON (floor)',
+      async: false,
+      op: (i: number) => check('map_get_parse', JSON.parse(map.get(fx.keys[i % n]!)!)),
+    },
+    {
+      id: 'value_hit',
+      label: '`createViewerCache(...).run` hit, `MemoryCacheStore`, `result.value`',
+      async: true,
+      op: async (i: number) => {
+        const result = await cache.run(runs[i % n]!);
+        if (!result.fromCache) throw new BenchInvariantError('value_hit: not a hit');
+        check('value_hit', result.value);
+      },
+      verify: () => {
+        const { storeErrors, rejected, bypasses } = cache.stats;
+        if (storeErrors + rejected + bypasses > 0 || executions !== executed) {
+          throw new BenchInvariantError(`value_hit: ${JSON.stringify(cache.stats)}`);
+        }
+      },
+    },
+    {
+      id: 'result_cache_value_hit',
+      label: '`withResultCache` hit, `MemoryCacheStore`, the same jobs, `result.value`',
+      async: true,
+      op: async (i: number) => {
+        const result = await jobCache.run(fx.jobs[i % n]!);
+        if (!result.fromCache) throw new BenchInvariantError('result_cache_value_hit: not a hit');
+        check('result_cache_value_hit', result.value);
+      },
+    },
+    {
+      id: 'bento_memory_ref_value_hit',
+      label: 'BentoCache `getOrSet`, memory, `serialize: false`, the parsed value',
+      async: true,
+      op: async (i: number) => {
+        check(
+          'bento_memory_ref_value_hit',
+          await bento.getOrSet({ key: cachedResultPath(fx.jobs[i % n]!), factory }),
+        );
+      },
+    },
+  ];
+  return {
+    scenarios,
+    close: async () => {
+      await cache.close();
+      await jobStore.close();
+    },
+  };
+}
+
+/** Goals: ≤ 1.3 × the floor's p50 (one caller); ≥ BentoCache `serialize: false` (both modes). */
+export function judgeValueHit(rows: Row[]): void {
+  for (const row of rows) {
+    if (row.id !== 'value_hit' && row.id !== 'result_cache_value_hit') continue;
+    const bento = rows.find((r) => r.mode === row.mode && r.id === 'bento_memory_ref_value_hit');
+    if (bento === undefined) continue;
+    if (row.mode === 'single') {
+      const vs = row.p50Us / bento.p50Us;
+      row.target = {
+        text: `p50 ≤ 1.3× floor; ${fmt(vs, 2)}× BentoCache ref (≤ 1×)`,
+        met: row.ratio <= 1.3 && vs <= 1,
+      };
+    } else {
+      const vs = row.opsPerSec / bento.opsPerSec;
+      row.target = { text: `ops/s ${fmt(vs, 2)}× BentoCache ref (≥ 1×)`, met: vs >= 1 };
+    }
+  }
+}
+
+/** The value rows: ratio = p50 (one caller) or ops/s (concurrent) ÷ the floor's. */
+export function valueHitTable(rows: readonly Row[]): string {
+  return [
+    '**Hits returning the value, in process** (ratio = p50 ÷ `map_get_parse` p50 for one caller, ops/s ÷ its ops/s for many):',
+    '',
+    markdownTable(
+      ['payload', 'callers', 'scenario', 'ops/s', 'p50 µs', 'p99 µs', 'ratio', 'target'],
+      rows.map((r) => [
+        r.payload,
+        r.mode === 'single' ? '1' : r.mode.slice(1),
+        `\`${r.id}\` — ${r.label}`,
+        fmt(r.opsPerSec, 0),
+        fmt(r.p50Us, 2),
+        fmt(r.p99Us, 2),
+        fmt(r.ratio, 2),
+        r.target === undefined ? '' : `${r.target.met ? '✅' : '❌'} ${r.target.text}`,
+      ]),
+    ),
+  ].join('\n');
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { sizeFixture } = await import('./fixtures.js');
+  const { measureLatency, measureThroughput, fmt } = await import('./helpers.js');
+  const quick = process.argv.includes('--quick');
+  const set = await valueHit(sizeFixture(1024));
+  const latency = await measureLatency(set.scenarios, {
+    warmupMs: 300,
+    rounds: quick ? 60 : 300,
+    roundMs: 3,
+    minOpsPerRound: 3,
+  });
+  const floor = latency.get('map_get_parse')!;
+  for (const [id, s] of latency) {
+    console.log(
+      `1 KiB single ${id.padEnd(28)} p50 ${fmt(s.p50Us, 2).padStart(7)} µs  ${fmt(s.p50Us / floor.p50Us, 2)}× floor`,
+    );
+  }
+  for (const concurrency of [64]) {
+    const t = await measureThroughput(set.scenarios, {
+      concurrency,
+      opsPerRound: concurrency * 20,
+      warmupRounds: 2,
+      rounds: quick ? 6 : 30,
+    });
+    const tf = t.get('bento_memory_ref_value_hit')!;
+    for (const [id, s] of t) {
+      console.log(
+        `1 KiB c${concurrency} ${id.padEnd(30)} ${fmt(s.opsPerSec, 0).padStart(9)} ops/s  ${fmt(s.opsPerSec / tf.opsPerSec, 2)}× bento ref`,
+      );
+    }
+  }
+  await set.close();
+}
