@@ -456,6 +456,17 @@ export const NoWorkersError = defineError(
   503,
 );
 export type NoWorkersError = InstanceType<typeof NoWorkersError>;
+/**
+ * A queue worker asked to start a child run over HTTP (a runnable using its job token) without
+ * the servers' address: the operator's missing setting, never the caller's bad request.
+ */
+export const WorkerMisconfiguredError = defineError(
+  'E_WORKER_MISCONFIGURED',
+  'WorkerMisconfiguredError',
+  "this worker cannot start child runs over HTTP: its operator has not set VIEWER_CACHE_SERVER_URL (the servers' address)",
+  503,
+);
+export type WorkerMisconfiguredError = InstanceType<typeof WorkerMisconfiguredError>;
 /** A worker's answer did not open under this run's key (forged, or another job's result). */
 export const QueueResultInvalidError = defineError(
   'E_QUEUE_RESULT_INVALID',
@@ -549,6 +560,7 @@ export const errors = {
   E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
   E_QUEUE_WORKER_LOST: QueueWorkerLostError,
   E_NO_WORKERS: NoWorkersError,
+  E_WORKER_MISCONFIGURED: WorkerMisconfiguredError,
   E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
   E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,

@@ -110,6 +110,7 @@ export {
   UnknownRoleError,
   UnknownRunnableError,
   ViewerCacheError,
+  WorkerMisconfiguredError,
 } from './errors.js';
 export type {
   BypassReason,

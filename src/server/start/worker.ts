@@ -8,6 +8,7 @@ import {
   type QueueWorker,
   SharedJobTokens,
   WORKSPACE_RE,
+  WorkerMisconfiguredError,
   withResultCache,
 } from '../../index.js';
 import { boundedCheck, READY_CHECK_MS } from '../http/readiness.js';
@@ -57,8 +58,12 @@ export async function startWorker(
   // parts validated here, as on the server.
   const childRunUrl = (workspace: string) => {
     if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-    if (config.serverUrl === null)
-      throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
+    if (config.serverUrl === null) {
+      // The operator's missing setting, not the caller's bad request: coded, and in this log.
+      const err = new WorkerMisconfiguredError();
+      logger.error({ code: err.code }, err.message);
+      throw err;
+    }
     return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
   };
   // The same apps as the servers (your module, or the demo's) and the same cache: same store,
@@ -73,6 +78,12 @@ export async function startWorker(
     store: true,
   });
   const { apps: world, secretKey, datatables, pool, releases } = assembly;
+  if (config.serverUrl === null) {
+    logger.warn(
+      { code: WorkerMisconfiguredError.code },
+      'VIEWER_CACHE_SERVER_URL is not set: a runnable that starts a child run over HTTP with its job token will fail E_WORKER_MISCONFIGURED',
+    );
+  }
   const close = () => assembly.release();
   try {
     const queueRedis = openQueueRedis(config, logger);
