@@ -10,11 +10,13 @@
 //   executor/, datatable/, stores/, embed/  (executor/ and datatable/ never meet but through
 //               connector/) — and cache/ over stores/, never the other way
 //   queue/      jobs on workers (BullMQ): over executor/ and pg/, under index.ts
+//   audit/      the policy lints: reads a data table's system catalogs through pg, under index.ts
 //   index.ts    the public entry, and server/ above it, through it alone
 // Inside datatable/, rooms in the same spirit, under the front door (datatable/*.ts):
 //   catalog/ ← access/ ← logins/ ← identity/, admin/
 // Inside server/, the reference server's rooms, top down (main.ts and index.ts above them all):
 //   cli/ → start/ → http/, demo/ → agents/, apps/ → credentials/, recipients/ → process/
+//   cli/ → audit/ (runs your apps as each viewer, beside start/) → demo/, apps/ → …
 // and the agent process (agents/agent_worker.ts, agents/proxy_client.ts) loads of the server
 // only the wire protocol (agents/agent_protocol.ts), never the routes or the dispatch.
 
@@ -37,7 +39,8 @@ const SERVER_ROOMS_BENEATH = {
   http: ['agents', 'apps', 'credentials', 'recipients', 'process'],
   demo: ['agents', 'apps', 'credentials', 'recipients', 'process'],
   start: ['http', 'demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
-  cli: ['start', 'http', 'demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
+  audit: ['demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
+  cli: ['start', 'audit', 'http', 'demo', 'agents', 'apps', 'credentials', 'recipients', 'process'],
 };
 
 const roomRules = Object.entries(ROOMS_BENEATH).map(([room, beneath]) => ({
@@ -193,6 +196,22 @@ export default {
       severity: 'error',
       from: { path: '^src/queue/' },
       to: { path: '^src/(cache|stores|embed|connector|datatable)/' },
+    },
+    {
+      name: 'audit-own-room',
+      comment:
+        'audit/ (the policy lints) reads system catalogs with pg and knows the catalog only by the shape it asks; only index.ts imports it.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: '^src/(audit/|index\\.ts$)' },
+      to: { path: '^src/audit/' },
+    },
+    {
+      name: 'audit-imports',
+      comment:
+        'audit/ imports the vocabulary, util/ and pg/ at most: it lints rules, it never runs, caches or resolves a viewer.',
+      severity: 'error',
+      from: { path: '^src/audit/' },
+      to: { path: '^src/[^/]+/', pathNot: '^src/(audit|pg|util)/' },
     },
     {
       name: 'src-not-tests-or-benches',

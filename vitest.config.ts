@@ -54,6 +54,18 @@ const executions =
     ? []
     : (['queue', 'agent'] as const);
 
+/**
+ * The package's own names, as tsconfig.json's `paths` map them for tsx: an example apps module
+ * (examples/leaky-apps.ts) imports `viewer-cache/server` as a reader's module would.
+ */
+const selfAlias = [
+  {
+    find: /^viewer-cache\/server$/,
+    replacement: new URL('./src/server/index.ts', import.meta.url).pathname,
+  },
+  { find: /^viewer-cache$/, replacement: new URL('./src/index.ts', import.meta.url).pathname },
+];
+
 export default defineConfig({
   test: {
     // Two files at a time whatever the core count: vitest's default on a 2-core machine is one,
@@ -91,6 +103,7 @@ export default defineConfig({
         },
       },
       ...postgresTargets.map((target) => ({
+        resolve: { alias: selfAlias },
         test: {
           name: `pg:${target}`,
           include: ['test/integration/pg/**/*.test.ts'],

@@ -12,6 +12,8 @@ PG_SUPERPASS=${PG_SUPERPASS:-ci-superuser-pw}
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# The audit's HTML report is tested in a real browser (test/integration/pg/audit_leaky.test.ts).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || need+=(postgresql)
 # The PgBouncer suite starts private instances of it (test/helpers/pgbouncer.ts).
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || need+=(pgbouncer)

@@ -1,7 +1,8 @@
 /**
  * Jobs on workers, short runs: `npx tsx bench/queue_bench.ts` with REDIS_URL (and
  * DATABASE_URL, else an embedded PostgreSQL). Prints, as ratios within this run:
- * - a miss through the queue (one worker process) vs in process: added latency p50 / p99;
+ * - a miss through the queue (one worker process) vs in process: added latency p50 / p99; the
+ *   added p50 against a bare BullMQ round trip (add, a worker process returns it, await it);
  * - throughput of misses with 1 and 2 worker processes (32 callers);
  * - the hit path: a hit through a queue-mode cache vs an in-process one (hits never enqueue).
  * The runnable spends about 1 ms of CPU and returns a small result; no data table is involved,
@@ -14,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -82,7 +84,8 @@ async function startWorker(databaseUrl: string): Promise<ChildProcess> {
       REDIS_URL,
       QUEUE_PREFIX,
       CACHE_PREFIX,
-      CONCURRENCY: '8',
+      // As many job slots as callers: in process, nothing caps how many misses run at once.
+      CONCURRENCY: String(CALLERS),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -116,13 +119,32 @@ const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
 const inProcess = withResultCache(local, { store: store(), seal });
 const queue = createQueueExecutor({
   executor: local,
-  pool,
   redis,
   secretKey: QUEUE_BENCH_SECRET,
   prefix: QUEUE_PREFIX,
 });
 await queue.ready();
 const queued = withResultCache(queue, { store: store(), seal });
+// The floor: a bare BullMQ round trip on the same Redis (add a job, a worker process returns
+// it, the caller awaits it on the queue's event stream, subscribed before adding — as the queue
+// executor waits).
+const bareQueue = new Queue('bare', { connection: redis.duplicate(), prefix: QUEUE_PREFIX });
+const bareEvents = new QueueEvents('bare', { connection: redis.duplicate(), prefix: QUEUE_PREFIX });
+bareEvents.setMaxListeners(0);
+await Promise.all([bareQueue.waitUntilReady(), bareEvents.waitUntilReady()]);
+let bareN = 0;
+const bareRoundTrip = async () => {
+  const jobId = `b${bareN++}`;
+  const done = new Promise<void>((resolve) => {
+    const onDone = () => {
+      bareEvents.off(`completed:${jobId}` as 'completed', onDone);
+      resolve();
+    };
+    bareEvents.on(`completed:${jobId}` as 'completed', onDone);
+  });
+  await bareQueue.add('r', { n: bareN }, { jobId, removeOnComplete: true, removeOnFail: true });
+  await done;
+};
 
 const quick = process.argv.includes('--quick');
 const N = Number(process.env['QUEUE_BENCH_N'] ?? (quick ? '60' : '200'));
@@ -135,18 +157,33 @@ try {
   for (let i = 0; i < 30; i++) {
     await run(inProcess, local, { warm: i, side: 'l' });
     await run(queued, queue, { warm: i, side: 'q' });
+    await bareRoundTrip();
   }
   progress('misses… ');
   // Interleaved (one in process, one through the queue, …) so that the machine's load
   // falls on both alike.
   const base: number[] = [];
   const viaQueue: number[] = [];
+  const bareTrips: number[] = [];
   for (let i = 0; i < N; i++) {
     base.push(await timed(() => run(inProcess, local, { miss: i, side: 'l' })));
     viaQueue.push(await timed(() => run(queued, queue, { miss: i, side: 'q' })));
+    bareTrips.push(await timed(bareRoundTrip));
   }
   base.sort((a, b) => a - b);
   viaQueue.sort((a, b) => a - b);
+  bareTrips.sort((a, b) => a - b);
+  // SPEC: what the queue adds over the same miss in process, against the bare round trip.
+  rows.push(
+    executionRow(
+      'queue_added_vs_bare_p50',
+      'added p50 of a queued miss (queued − in process) vs a bare BullMQ round trip',
+      'ms',
+      'bare BullMQ round trip',
+      quantile(bareTrips, 0.5),
+      Math.max(0, quantile(viaQueue, 0.5) - quantile(base, 0.5)),
+    ),
+  );
   for (const [label, q] of [
     ['p50', 0.5],
     ['p99', 0.99],
@@ -211,6 +248,8 @@ try {
   for (const w of workers) await stopWorker(w);
   progress('done\n');
 } finally {
+  await bareQueue.close();
+  await bareEvents.close();
   await queue.close();
   for (const s of stores) await s.close();
   let cursor = '0';

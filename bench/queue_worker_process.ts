@@ -1,5 +1,6 @@
 // One queue worker process of the queue scenarios (queue_bench.ts): DATABASE_URL, REDIS_URL,
 // QUEUE_PREFIX, CACHE_PREFIX, CONCURRENCY. Says `ready` on stdout, stops on SIGTERM.
+import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -22,19 +23,29 @@ const cached = withResultCache(createExecutor({ runnables: QUEUE_BENCH_RUNNABLES
 });
 const worker = createQueueWorker({
   executor: cached,
-  pool,
   redis,
   secretKey: QUEUE_BENCH_SECRET,
   prefix: env('QUEUE_PREFIX'),
   concurrency: Number(env('CONCURRENCY') || '8'),
 });
-await worker.ready();
+// The floor beside it: a bare BullMQ worker that returns the job's data (queue_bench.ts's bare
+// round trip), on the same Redis, in this same process.
+const bareConnection = redis.duplicate();
+bareConnection.on('error', () => {});
+const bare = new Worker('bare', async (job) => job.data, {
+  connection: bareConnection,
+  prefix: env('QUEUE_PREFIX'),
+  concurrency: Number(env('CONCURRENCY') || '8'),
+});
+bare.on('error', () => {});
+await Promise.all([worker.ready(), bare.waitUntilReady()]);
 process.stdout.write('ready\n');
 process.once('SIGTERM', () => {
-  void worker.close().then(async () => {
+  void Promise.all([worker.close(), bare.close()]).then(async () => {
     await store.close();
     await pool.end();
     redis.disconnect();
+    bareConnection.disconnect();
     process.exit(0);
   });
 });

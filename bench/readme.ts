@@ -74,6 +74,8 @@ npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket:
 npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
 npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL twin, and their hits (or npx tsx bench/polyglot_miss.ts)
 npx tsx bench/queue_bench.ts          # the queue rows alone: a miss through the queue vs in process, 1 vs 2 workers, hits (--quick)
+npx tsx bench/outsider_http.ts        # the HTTP hit under autocannon vs the Fastify floor, quiet rounds only (--rounds, --seconds, --conns, --profile DIR)
+npx tsx bench/queue_miss_work.ts      # PostgreSQL transactions and Redis commands per queued miss
 npx tsx bench/agent_bench.ts          # the agent rows alone: a miss on an agent worker vs in process, 1 vs 2 agents, hits (--quick)
 \`\`\`
 
@@ -143,7 +145,21 @@ route with nothing else started.
   data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
   process, interleaved (p50, p99); misses/s at 32 callers in process, with 1 and with 2 workers;
   and a hit on the queue-mode cache vs an in-process one (a hit never enqueues). On the run's
-  Postgres and Redis, in a process of its own.
+  Postgres and Redis, in a process of its own. The worker has as many job slots as there are
+  callers (in process nothing caps them), and the added p50 is set beside a bare BullMQ round
+  trip on the same Redis (add, a bare worker in the worker process returns it, await it).
+- \`outsider_http.ts\` — the HTTP hit as someone else's harness measures it: the servers in a
+  process of their own (\`outsider_server.ts\`), **autocannon** in another, against the floor
+  (Fastify with a bearer check and one Redis \`GET\` of the same bytes), the cached app request
+  with two tiers and with Redis only, at 16 and 64 connections, every cell once per round in a
+  rotated order. A round is **kept only when the machine's other processes used ≤ 15 % of its
+  CPU** (\`/proc/stat\` less this process's and the server's \`/proc/<pid>/stat\`); the table
+  says how many were dropped, and marks figures from a run where all were. Medians with ranges,
+  ratios to the floor of the same round, and the server's CPU time per request (the figure a
+  busy machine disturbs least). \`--profile DIR\` prints the server's top frames by self time.
+- \`queue_miss_work.ts\` — the work of one queued miss, counted rather than timed: PostgreSQL
+  transactions (\`pg_stat_database\`) and Redis commands (\`INFO commandstats\` of a private
+  \`redis-server\`) per miss, beside an in-process miss and a bare BullMQ round trip.
 - \`agent_bench.ts\` — the same for agent workers, at the HTTP level: two reference servers in its
   process (in process, and \`VIEWER_CACHE_EXECUTION=agent\`), one then two \`worker --agent --demo\`
   processes, the client in its own process. A miss is an app request for \`f/orders/list\` with

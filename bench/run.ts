@@ -34,6 +34,13 @@ import { keyDerivation } from './key_derivation.js';
 import { memoryHit } from './memory_hit.js';
 import { type MemoryPerEntry, memoryPerEntry, memoryPerEntryTable } from './memory_per_entry.js';
 import { memoryScaling } from './memory_scaling.js';
+import {
+  benchAlone,
+  type OutsiderHttp,
+  outsiderHttpTable,
+  type QueueWork,
+  queueWorkTable,
+} from './outsider_report.js';
 import { peerHit } from './peer_hit.js';
 import { type PolyglotResult, polyglotMiss, polyglotTable } from './polyglot_miss.js';
 import { benchPostgres } from './postgres_fixture.js';
@@ -189,6 +196,8 @@ async function main(): Promise<void> {
   let churnRows: ChurnRow[] = [];
   let polyglot: PolyglotResult | undefined;
   let executionRows: ExecutionRow[] = [];
+  let outsider: OutsiderHttp | undefined;
+  let queueWork: QueueWork | undefined;
   if (
     wanted(
       /^(pg_|datatable_|memory_hit_plain|memory_hit_fingerprinted|set_login_|http_|churn_|steady_|polyglot_)/,
@@ -216,6 +225,14 @@ async function main(): Promise<void> {
         churnRows = await churnBench(postgres, pgPrefix, quick ? 5 : 20, quick ? 500 : 2000);
         process.stdout.write('http… ');
         httpRows = await httpBenchAlone(postgres.url('postgres'), quick);
+        // The same hit as an outsider measures it: autocannon, quiet rounds only.
+        process.stdout.write('http (autocannon)… ');
+        outsider = await benchAlone<OutsiderHttp>('outsider_http.ts', [
+          '--rounds',
+          quick ? '3' : '8',
+          '--seconds',
+          quick ? '2' : '4',
+        ]);
       }
     } finally {
       await postgres.close(pgPrefix);
@@ -229,6 +246,10 @@ async function main(): Promise<void> {
       executionRows.push(...(await executionBenchAlone('queue_bench.ts', quick)));
     if (wanted(/^agent_/))
       executionRows.push(...(await executionBenchAlone('agent_bench.ts', quick)));
+    if (wanted(/^queue_/)) {
+      process.stdout.write('queue work… ');
+      queueWork = await benchAlone<QueueWork>('queue_miss_work.ts', []);
+    }
     if (only !== undefined) executionRows = executionRows.filter((r) => only.includes(r.id));
   }
   console.log(`done (${elapsed(started)})\n`);
@@ -243,7 +264,9 @@ async function main(): Promise<void> {
     ...(churnRows.length > 0 ? [churnTable(churnRows)] : []),
     ...(polyglot === undefined ? [] : [polyglotTable(polyglot)]),
     ...(httpRows.length > 0 ? [httpTable(httpRows)] : []),
+    ...(outsider === undefined ? [] : [outsiderHttpTable(outsider)]),
     ...(executionRows.length > 0 ? [executionTable(executionRows)] : []),
+    ...(queueWork === undefined ? [] : [queueWorkTable(queueWork)]),
   ].join('\n\n');
   console.log(body);
   // A hit that started a python3 process or a DuckDB instance fails the run (the hit path).
@@ -261,7 +284,7 @@ async function main(): Promise<void> {
   await mkdir(join(BENCH_DIR, 'results'), { recursive: true });
   await writeFile(
     join(BENCH_DIR, 'results', 'latest.json'),
-    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, valueRows, memoryRows, datatableRows, churnRows, polyglot, httpRows, executionRows }, null, 2)}\n`,
+    `${JSON.stringify({ env, plan: { latencyPlan, keyPlan, dbPlan, quick }, rows, valueRows, memoryRows, datatableRows, churnRows, polyglot, httpRows, outsider, executionRows, queueWork }, null, 2)}\n`,
   );
   await writeGuideSection(
     `Measured by \`npm run bench\` on ${envLine(env)}. How, and what each row is: ` +

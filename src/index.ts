@@ -1,6 +1,10 @@
+export type { DatatablesLint, LintCatalog } from './audit/lint_datatables.js';
+export { lintDatatables } from './audit/lint_datatables.js';
+export type { PolicyFinding, PolicyLint, PolicyLintInput } from './audit/policy_lints.js';
+export { lintPolicies, readsViewerIdentity } from './audit/policy_lints.js';
 export { cachedResultPath } from './cache/cache_key.js';
 export type { ResultCacheStats } from './cache/cache_report.js';
-export type { CachedExecutor } from './cache/result_cache.js';
+export type { CachedExecutor, EntryPeek } from './cache/result_cache.js';
 export { withResultCache } from './cache/result_cache.js';
 export type { RawResultCacheOptions, RawSealOptions } from './cache/result_cache_options.js';
 export type {
@@ -38,6 +42,7 @@ export { LATEST_CATALOG_VERSION, migrateCatalog } from './datatable/catalog/migr
 export type { Datatables, RawDatatablesOptions } from './datatable/datatables.js';
 export { createDatatables } from './datatable/datatables.js';
 export type { DatatablesEvents } from './datatable/datatables_events.js';
+export type { JobExplanation } from './datatable/datatables_explain.js';
 export type { SetLoginInfo } from './datatable/logins/login_gc.js';
 export type { ByteSize, Duration } from './duration.js';
 export type {
@@ -203,6 +208,7 @@ export type {
 } from './queue/queue_worker.js';
 export { createQueueWorker } from './queue/queue_worker.js';
 export type {
+  JobTokenRedis,
   RawSharedJobTokensOptions,
   SharedJobTokenGrant,
 } from './queue/shared_job_tokens.js';

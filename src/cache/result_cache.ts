@@ -31,7 +31,19 @@ export interface CachedExecutor extends JobExecutor {
    * it. Rejects with `E_INVALIDATION_UNSUPPORTED` when the store keeps no epochs.
    */
   invalidate(scope: InvalidationScope): Promise<void>;
+  /**
+   * Whether an entry that opens under `job`'s full key is stored now, and its expiry, without
+   * running anything or counting a hit or a miss (for `viewer-cache explain`). `uncached`: the
+   * job has no TTL. Never returns the entry's bytes.
+   */
+  peek(job: Job): Promise<EntryPeek>;
 }
+
+/** What {@link CachedExecutor.peek} finds. */
+export type EntryPeek =
+  | { readonly state: 'present'; readonly expiresAt: number | null; readonly ttlMs: number }
+  | { readonly state: 'absent' }
+  | { readonly state: 'uncached' };
 
 /**
  * Wraps `executor` in a result cache keyed by the job's workspace, runnable, args, recorded
@@ -283,6 +295,18 @@ class ResultCache implements CachedExecutor {
   }
 
   /** `cacheTtlS` in ms, capped; 0 when the job is not to be cached. */
+  async peek(job: Job): Promise<EntryPeek> {
+    const ttlMs = this.#ttlMs(job);
+    if (ttlMs === 0) return { state: 'uncached' };
+    const fingerprint = this.#fingerprint === null ? null : await this.#fingerprint(job);
+    const run = this.#runs.of(job, fingerprint, ttlMs, this.#passDown);
+    const entry = await this.#store.get(run.key, run.tag);
+    // Only an entry that opens under this very key counts, as for a hit.
+    if (entry === null || typeof this.#codec.decode(entry, run.digest, this.#now()) === 'string')
+      return { state: 'absent' };
+    return { state: 'present', expiresAt: claimedExpiry(entry), ttlMs };
+  }
+
   #ttlMs(job: Job): number {
     const ttlS = job.cacheTtlS;
     if (ttlS === undefined || ttlS === null) return 0;

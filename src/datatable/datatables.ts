@@ -32,6 +32,7 @@ import type { Directory, Principals } from './catalog/directory.js';
 import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
+import { explainJob, type JobExplanation } from './datatables_explain.js';
 import { type ResolvedDatatablesOptions, resolveDatatablesOptions } from './datatables_options.js';
 import { ViewerBinding, viewerIdentityOf } from './identity/viewer_binding.js';
 import { ViewerIdentities } from './identity/viewer_identity.js';
@@ -351,6 +352,22 @@ class DatatableService implements Datatables {
       retired.push(login);
     }
     return retired;
+  }
+
+  async explain(job: Job): Promise<JobExplanation> {
+    const [authorization, set, fingerprint, datatables] = await Promise.all([
+      this.#authorizations.of(job),
+      this.#dependencies.learned(job),
+      this.#dependencies.fingerprint(job),
+      this.admin.listDatatables(job.workspace),
+    ]);
+    return explainJob(
+      job,
+      authorization,
+      set,
+      datatables.map((d) => d.name),
+      fingerprint,
+    );
   }
 
   async principals(workspace: string, email: string): Promise<Principals> {

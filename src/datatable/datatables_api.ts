@@ -8,6 +8,7 @@ import type { Logger } from '../logger.js';
 import type { CatalogAdmin } from './admin/catalog_admin.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import type { DatatablesEvents } from './datatables_events.js';
+import type { JobExplanation } from './datatables_explain.js';
 import type { SetLoginInfo } from './logins/login_gc.js';
 import type { RoleSetStepHook } from './logins/role_set_protocol.js';
 
@@ -182,6 +183,12 @@ export interface Datatables extends DatatableConnector {
    * (the reference server lets only an app's publisher or a workspace admin fan a run out).
    */
   principals(workspace: string, email: string): Promise<Principals>;
+  /**
+   * What the data tables would do for `job` now (for `viewer-cache explain`): its runnable
+   * version's learned dependency set, each question's roles and login (or refusal code), and
+   * the digest of the fingerprint its cache key carries. Never a password, a row or a token.
+   */
+  explain(job: Job): Promise<JobExplanation>;
   /** Checks the catalog database answers (for readiness probes). */
   ping(): Promise<void>;
   /** Closes every connection; connections still lent are destroyed. Always resolves. */

@@ -1,20 +1,19 @@
 import type pg from 'pg';
 import { canonicalEmbedViewer } from '../embed_viewer.js';
 import { InvalidJobError } from '../errors.js';
-import { canonicalRoleScope, type Job, type JobPerms, type RunOrigin } from '../job.js';
+import { canonicalRoleScope, type JobPerms } from '../job.js';
 import { runMigrations } from '../pg/migration_runner.js';
 
-/** Where the queue keeps its job records and job tokens (in the server's database). */
+/**
+ * The queue's schema in the server's database. Its tables held the job records and job tokens
+ * of earlier versions; records now travel sealed in the queue message (sealed_job.ts) and tokens
+ * live in Redis (shared_job_tokens.ts), so nothing writes them. Kept (migrations only append)
+ * so that servers of both versions can share a database during a rolling upgrade.
+ */
 export const QUEUE_SCHEMA = 'viewer_cache_queue';
 const QUEUE_MIGRATION_LOCK = 0x7663717565756531n;
 
-/**
- * The job records: what the server recorded at run start (perms with the viewer, origin, args),
- * keyed by job id. A worker reads the viewer from here, never from the queue message.
- * `state`: queued → running (attempts counts the claims: a stalled job is claimed at most twice)
- * → done. Args and perms are kept as the JSON text the server wrote (jsonb would reorder keys and
- * renormalise numbers: the worker must see exactly what the key was built from).
- */
+/** The job records and job tokens of earlier versions (see QUEUE_SCHEMA): no longer written. */
 const MIGRATIONS = [
   {
     version: 1,
@@ -60,84 +59,6 @@ export function migrateQueue(pool: pg.Pool): Promise<number[]> {
     migrations: MIGRATIONS,
     subject: 'the job queue schema',
   });
-}
-
-/** Writes the record of `job` (server side, before enqueueing). */
-export async function insertJobRecord(
-  pool: pg.Pool,
-  job: Job,
-  origin: RunOrigin['kind'] | 'unknown',
-  deadlineMs: number,
-): Promise<void> {
-  await pool.query(
-    `insert into ${QUEUE_SCHEMA}.job
-       (id, workspace, path, hash, args, perms, origin, cache_ttl_s, deadline)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9::double precision / 1000))`,
-    [
-      job.id,
-      job.workspace,
-      job.runnable.path,
-      job.runnable.hash,
-      JSON.stringify(job.args),
-      JSON.stringify(job.perms),
-      origin,
-      job.cacheTtlS ?? null,
-      deadlineMs,
-    ],
-  );
-}
-
-/**
- * Claims the record for a run (worker side): a queued job, or a running one whose first worker
- * was lost (one retry). `null` when there is none to claim: unknown, of another workspace,
- * finished, given up by the server, past its deadline, or already retried.
- */
-export async function claimJobRecord(
-  pool: pg.Pool,
-  workspace: string,
-  id: string,
-): Promise<Job | null> {
-  const { rows } = await pool.query<{
-    id: string;
-    workspace: string;
-    path: string;
-    hash: string;
-    args: string;
-    perms: string;
-    cache_ttl_s: number | null;
-  }>(
-    `update ${QUEUE_SCHEMA}.job set state = 'running', attempts = attempts + 1
-      where id = $1 and workspace = $2 and state in ('queued', 'running') and attempts < 2
-        and deadline > now()
-      returning id, workspace, path, hash, args, perms, cache_ttl_s`,
-    [id, workspace],
-  );
-  const row = rows[0];
-  if (row === undefined) return null;
-  return Object.freeze({
-    id: row.id,
-    workspace: row.workspace,
-    runnable: Object.freeze({ path: row.path, hash: row.hash }),
-    args: JSON.parse(row.args) as Record<string, unknown>,
-    perms: permsFromJson(row.perms),
-    ...(row.cache_ttl_s === null ? {} : { cacheTtlS: row.cache_ttl_s }),
-  });
-}
-
-/** Marks the record finished: a replay of its message is refused from now on. */
-export async function finishJobRecord(pool: pg.Pool, id: string): Promise<void> {
-  await pool.query(`update ${QUEUE_SCHEMA}.job set state = 'done' where id = $1`, [id]);
-}
-
-/** Deletes records (server side, once answered or given up) and any token they left. */
-export async function deleteJobRecords(pool: pg.Pool, ids: readonly string[]): Promise<void> {
-  await pool.query(`delete from ${QUEUE_SCHEMA}.job where id = any($1::text[])`, [ids]);
-}
-
-/** Deletes records and tokens past their deadline (a server that died while waiting). */
-export async function sweepJobRecords(pool: pg.Pool): Promise<void> {
-  await pool.query(`delete from ${QUEUE_SCHEMA}.job where deadline < now() - interval '1 hour'`);
-  await pool.query(`delete from ${QUEUE_SCHEMA}.job_token where expires_at < now()`);
 }
 
 /**

@@ -1,33 +1,46 @@
 import type { Job as BullJob } from 'bullmq';
-import type pg from 'pg';
 import { coerceError } from '../errors.js';
 import type { Job } from '../job.js';
-import { claimJobRecord } from './job_records.js';
+import { type ClaimRedis, claimJob, claimKey, finishJob } from './job_claims.js';
 import { isQueueMessage, type QueueMessage } from './queue_names.js';
 import type { QueueKeys } from './queue_seal.js';
+import { openJob, type QueuePlace } from './sealed_job.js';
 
-/** A queue message that verified, and the job its record holds (viewer included). */
+/** A queue message that opened, and the job its record holds (viewer included). */
 export interface ClaimedQueueJob {
   readonly message: QueueMessage;
   readonly job: Job;
+  /** Marks the job finished (its message is refused from now on): before answering. */
+  finish(): Promise<void>;
 }
 
 /**
  * The check every kind of worker makes before running a queued job (a database worker, and a
- * server taking one for an agent): the message is exactly `{ workspace, jobId, queueId, mac }`,
- * its queue id is the BullMQ job's, its MAC verifies under the secret, and its Postgres record
- * can be claimed (exists, same workspace, not finished, within its deadline, retried at most
- * once). The job — viewer included — comes from that record alone. null: refuse it.
+ * server taking one for an agent): the message is exactly `{ workspace, queueId, deadline,
+ * record }`, its queue id is the BullMQ job's, its deadline has not passed, its record opens
+ * under the secret bound to all of those and to this queue, and its one-time claim can be taken
+ * (not finished, retried at most once). The job — viewer included — comes from that sealed
+ * record alone. null: refuse it.
  */
 export async function claimQueuedJob(
   keys: QueueKeys,
-  pool: pg.Pool,
+  place: QueuePlace,
+  redis: ClaimRedis,
   bullJob: BullJob<unknown, string>,
 ): Promise<ClaimedQueueJob | null> {
   const data = bullJob.data;
-  if (!isQueueMessage(data) || data.queueId !== bullJob.id || !keys.verify(data)) return null;
-  const job = await claimJobRecord(pool, data.workspace, data.jobId).catch(() => null);
-  return job === null ? null : { message: data, job };
+  if (!isQueueMessage(data) || data.queueId !== bullJob.id || data.deadline <= Date.now())
+    return null;
+  let job: Job | null;
+  try {
+    job = openJob(keys, place, data);
+  } catch {
+    job = null;
+  }
+  if (job === null) return null;
+  const key = claimKey(place.prefix, place.name, job.id);
+  if (!(await claimJob(redis, key, data.deadline).catch(() => false))) return null;
+  return { message: data, job, finish: () => finishJob(redis, key) };
 }
 
 /** The code a failure travels as: ours, or E_EXECUTOR_FAILED (Redis keeps reasons in clear). */

@@ -1,5 +1,4 @@
 import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
-import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
   errorClassOf,
@@ -14,7 +13,6 @@ import type { Job, RunOptions, RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
-import { deleteJobRecords, insertJobRecord, sweepJobRecords } from './job_records.js';
 import {
   HEARTBEAT_TTL_MS,
   heartbeatKey,
@@ -22,6 +20,7 @@ import {
   type QueueMessage,
 } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
+import { sealJob } from './sealed_job.js';
 
 /** Longest an enqueue may take before the run fails with E_QUEUE_UNAVAILABLE. */
 const ADD_TIMEOUT_MS = 2000;
@@ -37,8 +36,6 @@ export interface RawQueueExecutorOptions {
    * never called: jobs run on workers.
    */
   executor: Executor;
-  /** The server's database, holding the queue's schema (see migrateQueue). */
-  pool: pg.Pool;
   /**
    * The Redis the cache uses (single node or Cluster): duplicated for the queue's producer and
    * its event listener, with `maxRetriesPerRequest: null` as BullMQ's blocking reads need.
@@ -70,16 +67,17 @@ export interface QueueExecutor extends Executor {
  * the in-process executor was: the cache records nothing new, answers hits before this is called
  * (nothing is enqueued for a hit), and hands it the miss with an opaque name of its full key.
  *
- * On a miss the job's record (perms with the viewer, origin, args) is written to Postgres, and
- * the queue gets `{ workspace, jobId, queueId, mac }` only, under a BullMQ job id that is a keyed
- * hash of the full key: identical misses in flight on any server are one queued job, misses of
- * two viewers are two. The worker's answer is sealed to that queue id; failures arrive as codes.
+ * On a miss the job's record (perms with the viewer, origin, args) is sealed into the message
+ * under the deployment secret, bound to the queue, workspace, queue id and deadline (see
+ * sealed_job.ts): no Postgres round trip. The message goes under a BullMQ job id that is a
+ * keyed hash of the full key: identical misses in flight on any server are one queued job,
+ * misses of two viewers are two. The answer comes back on BullMQ's event stream (a blocking
+ * read, no polling), sealed to that queue id; failures arrive as codes.
  */
 export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExecutor {
-  const { executor, pool, redis } = options;
+  const { executor, redis } = options;
   if (typeof executor?.createJob !== 'function')
     throw new TypeError('executor must be an Executor (createExecutor) with the apps');
-  if (typeof pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
   if (typeof redis?.duplicate !== 'function')
     throw new TypeError('redis must be an ioredis Redis or Cluster client');
   const keys = new QueueKeys(options.secretKey);
@@ -105,12 +103,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   events.setMaxListeners(0);
   /** The origin kind of jobs built here, for their record. */
   const origins = new WeakMap<Job, RunOrigin['kind']>();
-  const sweep = setInterval(() => {
-    sweepJobRecords(pool).catch((err: { code?: unknown }) =>
-      logger.warn({ code: err.code }, 'job record sweep failed'),
-    );
-  }, 600_000);
-  sweep.unref();
+  const place = { prefix, name };
 
   const waitFor = (queueId: string): Promise<unknown> =>
     new Promise((resolve, reject) => {
@@ -137,48 +130,44 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
   const run = async (job: Job, runOptions?: RunOptions): Promise<JobResult> => {
     const queueId = keys.queueId(runOptions?.flight ?? `job:${job.workspace}:${job.id}`);
-    const message: QueueMessage = {
-      workspace: job.workspace,
-      jobId: job.id,
-      queueId,
-      mac: keys.mac({ workspace: job.workspace, jobId: job.id, queueId }),
-    };
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
-    await insertJobRecord(pool, job, origins.get(job) ?? 'unknown', waitMs);
+    const message = sealJob(
+      keys,
+      place,
+      job,
+      origins.get(job) ?? 'unknown',
+      queueId,
+      // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
+      Math.ceil(Date.now() + waitMs),
+    );
+    // Subscribed before adding: a job that finishes at once is not missed.
+    const answer = waitFor(queueId);
+    answer.catch(() => {});
+    let late: NodeJS.Timeout | undefined;
     try {
-      // Subscribed before adding: a job that finishes at once is not missed.
-      const answer = waitFor(queueId);
-      answer.catch(() => {});
-      let late: NodeJS.Timeout | undefined;
-      try {
-        // BullMQ's connection queues commands while Redis is away: a run fails fast instead.
-        await Promise.race([
-          queue.add('run', message, {
-            jobId: queueId,
-            removeOnComplete: true,
-            removeOnFail: true,
-            stackTraceLimit: 0,
-            attempts: 1,
-          }),
-          new Promise((_, reject) => {
-            late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
-          }),
-        ]);
-      } catch (err) {
-        throw new QueueUnavailableError(undefined, { cause: err });
-      } finally {
-        clearTimeout(late);
-      }
-      const sealed = await answer;
-      const json = keys.openResult(queueId, sealed);
-      if (json === null) throw new QueueResultInvalidError();
-      return ComputedResult.withJson(job.id, JSON.parse(json.toString('utf8')), json, true);
+      // BullMQ's connection queues commands while Redis is away: a run fails fast instead.
+      await Promise.race([
+        queue.add('run', message, {
+          jobId: queueId,
+          removeOnComplete: true,
+          removeOnFail: true,
+          stackTraceLimit: 0,
+          attempts: 1,
+        }),
+        new Promise((_, reject) => {
+          late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+        }),
+      ]);
+    } catch (err) {
+      throw new QueueUnavailableError(undefined, { cause: err });
     } finally {
-      await deleteJobRecords(pool, [job.id]).catch((err: { code?: unknown }) =>
-        logger.warn({ code: err.code }, 'job record not deleted'),
-      );
+      clearTimeout(late);
     }
+    const sealed = await answer;
+    const json = keys.openResult(queueId, sealed);
+    if (json === null) throw new QueueResultInvalidError();
+    return ComputedResult.withJson(job.id, JSON.parse(json.toString('utf8')), json, true);
   };
 
   return {
@@ -199,7 +188,6 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       return client.zcount(heartbeatKey(prefix, name), Date.now() - HEARTBEAT_TTL_MS, '+inf');
     },
     async close() {
-      clearInterval(sweep);
       // With Redis gone, BullMQ's close and a QUIT wait for it to come back (these clients retry
       // forever): bounded, then the sockets are dropped, so a server still stops.
       await settleWithin(new Set([queue.close(), events.close()]), CLOSE_WAIT_MS);

@@ -2,8 +2,8 @@ import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker
 import { QueueJobRefusedError } from '../errors.js';
 import type { Job } from '../job.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
-import { finishJobRecord } from './job_records.js';
-import { claimQueuedJob } from './queue_claim.js';
+import type { ClaimRedis } from './job_claims.js';
+import { type ClaimedQueueJob, claimQueuedJob } from './queue_claim.js';
 import { isQueueMessage } from './queue_names.js';
 import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
 
@@ -46,14 +46,15 @@ export interface QueueJobSource {
  * fed to agents only still gets its lost jobs back.
  */
 export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJobSource {
-  const { pool, redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
+  const { redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
+  const place = { prefix, name };
   let taken = 0;
   let closing = false;
 
   const connection = redis.duplicate() as ConnectionOptions & {
     on(event: 'error', fn: (err: Error) => void): void;
     disconnect(): void;
-  };
+  } & ClaimRedis;
   connection.on('error', (err) => logger.debug({ err: err.message }, 'job source redis error'));
   const worker = new Worker<unknown, string>(name, null, {
     connection,
@@ -84,17 +85,21 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
     return read;
   };
 
-  const held = (bull: BullJob<unknown, string>, token: string, job: Job): HeldQueueJob => {
+  const held = (
+    bull: BullJob<unknown, string>,
+    token: string,
+    claimed: ClaimedQueueJob,
+  ): HeldQueueJob => {
     const queueId = bull.id ?? '';
     let ended = false;
     const end = async (how: () => Promise<unknown>) => {
       if (ended) return;
       ended = true;
-      await finishJobRecord(pool, job.id).catch(() => {});
+      await claimed.finish().catch(() => {});
       await how();
     };
     return {
-      job,
+      job: claimed.job,
       async extend() {
         if (ended) return false;
         return bull.extendLock(token, lockMs).then(
@@ -131,14 +136,14 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
           await bull.moveToWait(token).catch(() => {});
           return null;
         }
-        const claimed = await claimQueuedJob(keys, pool, bull);
+        const claimed = await claimQueuedJob(keys, place, connection, bull);
         if (claimed === null) {
           await bull
             .moveToFailed(new UnrecoverableError(QueueJobRefusedError.code), token, false)
             .catch(() => {});
           continue;
         }
-        return held(bull, token, claimed.job);
+        return held(bull, token, claimed);
       } while (!closing && signal?.aborted !== true && Date.now() < until);
       return null;
     },

@@ -16,12 +16,16 @@ export function heartbeatKey(prefix: string, name: string): string {
 /** How long a heartbeat counts: a worker beats every third of it. */
 export const HEARTBEAT_TTL_MS = 15_000;
 
-/** What a queue message carries: ids and a MAC, nothing a worker could take a viewer from. */
+/**
+ * What a queue message carries: the workspace, its BullMQ job id, its deadline (ms since the
+ * epoch) in clear, and the job record sealed to exactly those (see sealed_job.ts). Nothing a
+ * worker could take a viewer from unless it opens under the deployment secret.
+ */
 export interface QueueMessage {
   readonly workspace: string;
-  readonly jobId: string;
   readonly queueId: string;
-  readonly mac: string;
+  readonly deadline: number;
+  readonly record: string;
 }
 
 export function isQueueMessage(data: unknown): data is QueueMessage {
@@ -29,9 +33,9 @@ export function isQueueMessage(data: unknown): data is QueueMessage {
   const d = data as Record<string, unknown>;
   return (
     typeof d['workspace'] === 'string' &&
-    typeof d['jobId'] === 'string' &&
     typeof d['queueId'] === 'string' &&
-    typeof d['mac'] === 'string' &&
+    Number.isSafeInteger(d['deadline']) &&
+    typeof d['record'] === 'string' &&
     Object.keys(d).length === 4
   );
 }

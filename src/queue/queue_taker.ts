@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import type pg from 'pg';
 import { type Duration, resolveDuration } from '../duration.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { QueueRedis } from './queue_executor.js';
@@ -9,8 +8,6 @@ import { QueueKeys } from './queue_seal.js';
 
 /** What every taker of queued jobs is given: a database worker, or a server taking for agents. */
 export interface QueueTakerOptions {
-  /** The database holding the queue's schema (the job records). */
-  pool: pg.Pool;
   /** The Redis the servers queue on (duplicated: BullMQ's blocking reads need their own). */
   redis: QueueRedis;
   /** The deployment secret (VIEWER_CACHE_SECRET_KEY): messages that do not verify are refused. */
@@ -27,12 +24,10 @@ export interface QueueTakerOptions {
 
 /** The options a taker resolves, checked once, and its id (host, pid, random: one per taker). */
 export function queueTaker(options: QueueTakerOptions) {
-  const { pool, redis } = options;
-  if (typeof pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
+  const { redis } = options;
   if (typeof redis?.duplicate !== 'function')
     throw new TypeError('redis must be an ioredis Redis or Cluster client');
   return {
-    pool,
     redis,
     keys: new QueueKeys(options.secretKey),
     lockMs: resolveDuration(options.lockDuration ?? '30s', 'lockDuration'),

@@ -2,7 +2,7 @@ import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker
 import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
-import { finishJobRecord } from './job_records.js';
+import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import { HEARTBEAT_TTL_MS, heartbeatKey } from './queue_names.js';
 import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
@@ -43,10 +43,11 @@ export interface QueueWorker {
 }
 
 /**
- * A queue worker: takes `{ workspace, jobId, queueId, mac }` messages, runs a job only when the
- * MAC verifies under the secret and its Postgres record can be claimed (exists, same workspace,
- * not finished, not given up, retried at most once), and reads the job — viewer included — from
- * that record alone. Answers travel sealed to the queue id; failures as bare codes.
+ * A queue worker: takes `{ workspace, queueId, deadline, record }` messages, runs a job only when
+ * its record opens under the secret (bound to this queue, the workspace, the job id and the
+ * deadline), the deadline has not passed and its one-time claim can be taken (not finished,
+ * retried at most once), and reads the job — viewer included — from that sealed record alone.
+ * Answers travel sealed to the queue id; failures as bare codes.
  */
 export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const { executor } = options;
@@ -54,7 +55,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
     throw new TypeError('concurrency must be an integer from 1 to 1000');
-  const { pool, redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
+  const { redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
   let running = 0;
   let closing: Promise<void> | null = null;
 
@@ -75,7 +76,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
 
   const processor = async (bullJob: BullJob<unknown, string>): Promise<string> => {
     const started = performance.now();
-    const claimed = await claimQueuedJob(keys, pool, bullJob);
+    const claimed = await claimQueuedJob(keys, place, connection, bullJob);
     if (claimed === null) return refuse(started, null);
     const { message, job } = claimed;
     const path = job.runnable.path;
@@ -83,11 +84,11 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     try {
       const result = await executor.run(job);
       const json = result.json();
-      await finishJobRecord(pool, job.id).catch(() => {});
+      await claimed.finish().catch(() => {});
       finished({ path, code: 'ok', ms: performance.now() - started });
       return keys.sealResult(message.queueId, json);
     } catch (thrown) {
-      await finishJobRecord(pool, job.id).catch(() => {});
+      await claimed.finish().catch(() => {});
       const code = queueFailureCode(thrown);
       finished({ path, code, ms: performance.now() - started });
       // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
@@ -105,7 +106,8 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     zrem(key: string, member: string): Promise<unknown>;
     zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
     readonly status: string;
-  };
+  } & ClaimRedis;
+  const place = { prefix, name };
   connection.on('error', (err) => logger.debug({ err: err.message }, 'worker redis error'));
   const worker = new Worker<unknown, string>(name, processor, {
     connection,

@@ -1,9 +1,10 @@
-import { createHash, randomBytes } from 'node:crypto';
-import type pg from 'pg';
+import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
+import { QueueUnavailableError } from '../errors.js';
 import type { JobTokenIssuer } from '../executor/executor.js';
 import type { Job, JobPerms } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
-import { permsFromJson, QUEUE_SCHEMA } from './job_records.js';
+import { permsFromJson } from './job_records.js';
+import { QUEUE_DEFAULTS } from './queue_names.js';
 
 /** What a live job token stands for: its job's workspace and perms. */
 export interface SharedJobTokenGrant {
@@ -12,9 +13,18 @@ export interface SharedJobTokenGrant {
   readonly perms: JobPerms;
 }
 
+/** The Redis commands the tokens need (ioredis `Redis` or `Cluster`). */
+export interface JobTokenRedis {
+  set(key: string, value: string, px: 'PX', ms: number): Promise<unknown>;
+  get(key: string): Promise<string | null>;
+  del(key: string): Promise<number>;
+}
+
 export interface RawSharedJobTokensOptions {
-  /** The database holding the queue's schema (see migrateQueue). */
-  pool: pg.Pool;
+  /** The Redis the servers queue on (ioredis `Redis` or `Cluster`; used as given). */
+  redis: JobTokenRedis;
+  /** @default '{viewer-cache}' (the queue's prefix) */
+  prefix?: string;
   /** Longest a token lives if its job never ends (a worker killed mid-job). @default 60 s + 30 s */
   maxLifeMs?: number;
   /** @default silent */
@@ -23,21 +33,33 @@ export interface RawSharedJobTokensOptions {
 
 const PREFIX = 'vcjob_';
 
+/** Longest a token command may take: a Redis that is away fails the job, it does not hang it. */
+const COMMAND_TIMEOUT_MS = 2000;
+
 /**
  * Job tokens shared by every server and worker of a deployment (child jobs, flow steps): a
- * random token whose hash is stored in Postgres with its job's grant while the job runs, and
- * deleted when it ends, so any server accepts it while the job runs and none does once it has
- * ended. A worker killed mid-job leaves a token that still dies at `maxLifeMs`.
+ * random token; under a hash of it, Redis keeps its job's grant while the job runs — sealed with
+ * a key derived from the token itself, so Redis holds nothing readable and nothing a Redis
+ * writer could mint a token from — and it is deleted when the job ends, so any server accepts
+ * the token while the job runs and none does once it has ended. A worker killed mid-job leaves a
+ * token that still dies at `maxLifeMs` (the key's expiry). One Redis command to issue, one to
+ * revoke, one to verify.
  */
 export class SharedJobTokens implements JobTokenIssuer {
-  readonly #pool: pg.Pool;
+  readonly #redis: JobTokenRedis;
+  readonly #prefix: string;
   readonly #maxLifeMs: number;
   readonly #logger: Logger;
-  readonly #byJob = new Map<string, Buffer>();
+  readonly #byJob = new Map<string, string>();
 
   constructor(options: RawSharedJobTokensOptions) {
-    if (typeof options?.pool?.query !== 'function') throw new TypeError('pool must be a pg.Pool');
-    this.#pool = options.pool;
+    const redis = options?.redis;
+    if (typeof redis?.set !== 'function' || typeof redis.get !== 'function')
+      throw new TypeError('redis must be an ioredis Redis or Cluster client');
+    this.#redis = redis;
+    this.#prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
+    if (typeof this.#prefix !== 'string' || this.#prefix.length === 0)
+      throw new TypeError('prefix must be a non-empty string');
     this.#maxLifeMs = options.maxLifeMs ?? 90_000;
     if (!Number.isInteger(this.#maxLifeMs) || this.#maxLifeMs <= 0)
       throw new TypeError('maxLifeMs must be a positive integer of milliseconds');
@@ -46,24 +68,22 @@ export class SharedJobTokens implements JobTokenIssuer {
 
   /** Stored before the job's code runs: the token works from its first use. */
   async issue(job: Job): Promise<string> {
-    const token = PREFIX + randomBytes(32).toString('base64url');
-    const hash = digest(token);
-    await this.#pool.query(
-      `insert into ${QUEUE_SCHEMA}.job_token (token_hash, job_id, workspace, perms, expires_at)
-       values ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000))`,
-      [hash, job.id, job.workspace, JSON.stringify(job.perms), this.#maxLifeMs],
-    );
-    this.#byJob.set(job.id, hash);
+    const secret = randomBytes(32);
+    const token = PREFIX + secret.toString('base64url');
+    const key = this.#keyOf(token);
+    const grant = JSON.stringify([job.id, job.workspace, JSON.stringify(job.perms)]);
+    await bounded(this.#redis.set(key, seal(token, key, grant), 'PX', this.#maxLifeMs));
+    this.#byJob.set(job.id, key);
     return token;
   }
 
   /** Deleted when the job ends, before its result is handed back. */
   async revoke(job: Job): Promise<void> {
-    const hash = this.#byJob.get(job.id);
-    if (hash === undefined) return;
+    const key = this.#byJob.get(job.id);
+    if (key === undefined) return;
     this.#byJob.delete(job.id);
     try {
-      await this.#pool.query(`delete from ${QUEUE_SCHEMA}.job_token where token_hash = $1`, [hash]);
+      await bounded(this.#redis.del(key));
     } catch (err) {
       // The token still dies at its expiry; the job's own outcome is not changed by this.
       this.#logger.warn({ code: (err as { code?: unknown }).code }, 'job token not deleted');
@@ -73,17 +93,62 @@ export class SharedJobTokens implements JobTokenIssuer {
   /** The grant of a live token, or null (unknown, ended, expired, malformed). */
   async verify(token: string): Promise<SharedJobTokenGrant | null> {
     if (typeof token !== 'string' || !token.startsWith(PREFIX) || token.length > 100) return null;
-    const { rows } = await this.#pool.query<{ job_id: string; workspace: string; perms: string }>(
-      `select job_id, workspace, perms from ${QUEUE_SCHEMA}.job_token
-        where token_hash = $1 and expires_at > now()`,
-      [digest(token)],
-    );
-    const row = rows[0];
-    if (row === undefined) return null;
-    return { jobId: row.job_id, workspace: row.workspace, perms: permsFromJson(row.perms) };
+    const key = this.#keyOf(token);
+    const sealed = await bounded(this.#redis.get(key));
+    if (sealed === null) return null;
+    const text = open(token, key, sealed);
+    if (text === null) return null;
+    const [jobId, workspace, perms] = JSON.parse(text) as [string, string, string];
+    return { jobId, workspace, perms: permsFromJson(perms) };
+  }
+
+  /** The key a token's grant lives under (in the queue's hash tag: one slot on a Cluster). */
+  #keyOf(token: string): string {
+    const digest = createHash('sha256').update(`job token v1:${token}`).digest('base64url');
+    return `${this.#prefix}:jobtoken:${digest}`;
   }
 }
 
-function digest(token: string): Buffer {
-  return createHash('sha256').update(token).digest();
+/** AES-256-GCM under a key only the token's holder can derive, bound to the key name. */
+function seal(token: string, key: string, text: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', grantKey(token), iv);
+  cipher.setAAD(Buffer.from(key));
+  const body = Buffer.concat([cipher.update(text, 'utf8'), cipher.final()]);
+  return Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64');
+}
+
+function open(token: string, key: string, sealed: string): string | null {
+  const raw = Buffer.from(sealed, 'base64');
+  if (raw.length < 28) return null;
+  try {
+    const decipher = createDecipheriv('aes-256-gcm', grantKey(token), raw.subarray(0, 12));
+    decipher.setAAD(Buffer.from(key));
+    decipher.setAuthTag(raw.subarray(12, 28));
+    return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
+  } catch {
+    return null;
+  }
+}
+
+function grantKey(token: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', token, 'viewer-cache job token', 'grant v1', 32));
+}
+
+/** A Redis command that fails with E_QUEUE_UNAVAILABLE rather than waiting for Redis forever. */
+async function bounded<T>(command: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      command,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new QueueUnavailableError('job tokens: Redis did not answer')),
+          COMMAND_TIMEOUT_MS,
+        );
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

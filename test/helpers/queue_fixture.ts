@@ -74,7 +74,6 @@ export class QueueDeployment {
     const registry = createExecutor({ runnables: this.runnables });
     const queue = createQueueExecutor({
       executor: registry,
-      pool: this.pool,
       redis: this.redis,
       secretKey: options.secretKey ?? SECRET_KEY,
       prefix: this.prefix,
@@ -96,7 +95,7 @@ export class QueueDeployment {
     const executor = createExecutor({
       runnables: this.runnables,
       datatables: this.datatables,
-      jobTokens: new SharedJobTokens({ pool: this.pool }),
+      jobTokens: new SharedJobTokens({ redis: this.redis, prefix: this.prefix }),
     });
     const cached = withResultCache(executor, {
       store: this.store(),
@@ -106,7 +105,6 @@ export class QueueDeployment {
     });
     const worker = createQueueWorker({
       executor: cached,
-      pool: this.pool,
       redis: this.redis,
       secretKey: options.secretKey ?? SECRET_KEY,
       prefix: this.prefix,

@@ -5,7 +5,6 @@
 // CACHE_PREFIX, SECRET_KEY, LOCK_MS.
 
 import { Redis } from 'ioredis';
-import pg from 'pg';
 import {
   createDatatables,
   createExecutor,
@@ -28,13 +27,11 @@ const datatables = await createDatatables({
   migrate: false,
   pools: { prepareAhead: false },
 });
-const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
-pool.on('error', () => {});
 const redis = new Redis(env('REDIS_URL'), { maxRetriesPerRequest: null });
 redis.on('error', () => {});
 const executor = createExecutor({
   datatables,
-  jobTokens: new SharedJobTokens({ pool }),
+  jobTokens: new SharedJobTokens({ redis, prefix: env('QUEUE_PREFIX') }),
   runnables: SLOW_RUNNABLES,
 });
 const store = new RedisCacheStore({ redis: env('REDIS_URL'), prefix: env('CACHE_PREFIX') });
@@ -45,7 +42,6 @@ const cached = withResultCache(executor, {
 });
 const worker = createQueueWorker({
   executor: cached,
-  pool,
   redis,
   secretKey: env('SECRET_KEY'),
   prefix: env('QUEUE_PREFIX'),
@@ -58,7 +54,7 @@ process.stdout.write(`${JSON.stringify({ url: 'ready', worker: worker.id })}\n`)
 const stop = () => {
   void worker
     .close()
-    .then(() => Promise.allSettled([store.close(), datatables.close(), pool.end()]))
+    .then(() => Promise.allSettled([store.close(), datatables.close()]))
     .then(() => {
       redis.disconnect();
       process.exit(0);

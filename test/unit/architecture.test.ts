@@ -98,6 +98,9 @@ describe('module boundaries (dependency-cruiser)', () => {
       ],
       ['queue-own-room', 'src/executor/dispatch.ts', 'src/queue/room.ts'],
       ['queue-imports', 'src/queue/room.ts', 'src/cache/entry.ts'],
+      ['audit-own-room', 'src/datatable/admin/lint.ts', 'src/audit/lints.ts'],
+      ['audit-imports', 'src/audit/lints.ts', 'src/datatable/access/grants.ts'],
+      ['server-audit-room', 'src/server/audit/runner.ts', 'src/server/start/open.ts'],
       ['src-not-tests-or-benches', 'src/util/helped.ts', 'test/helpers/helper.ts'],
       ['tests-not-benches', 'test/helpers/timed.ts', 'bench/scenario.ts'],
     ];

@@ -83,6 +83,14 @@ export class RunDependencies {
   }
 
   /**
+   * The set this job's lookup is keyed on (learned here or read from the shared store), or
+   * `everything` when none is learned yet: the full fingerprint. For explanations.
+   */
+  async learned(job: Job): Promise<DependencySet> {
+    return this.#known(job);
+  }
+
+  /**
    * A version's set changed in the shared store (its announcement): drop this process's copy,
    * so its next run reads the row again.
    */

@@ -5,6 +5,7 @@
  * nothing here knows of HTTP.
  */
 import type { RunnableDefinition } from '../../index.js';
+import type { AuditDefinition, ServedAudit } from './audit_definition.js';
 import type { ScheduleDefinition } from './scheduler.js';
 
 /** An app: who published it (jobs run as them), whether anonymous visitors may use it. */
@@ -32,6 +33,11 @@ export interface AppsDefinition {
   readonly schedules?: readonly ScheduleDefinition[];
   /** The workspace the schedules run in; required when there are schedules. */
   readonly workspace?: string;
+  /**
+   * What `viewer-cache audit` may run as every viewer, and what must hold (see
+   * audit_definition.ts). @default nothing is audited
+   */
+  readonly audit?: AuditDefinition;
 }
 
 /** What the server hands a module that exports a function instead of an object. */
@@ -67,4 +73,6 @@ export interface ServedApps {
   readonly schedules: readonly ScheduleDefinition[];
   /** The workspace the schedules run in; null when there are none. */
   readonly workspace: string | null;
+  /** What `viewer-cache audit` runs and checks. */
+  readonly audit: ServedAudit;
 }

@@ -8,6 +8,7 @@ import {
   WORKSPACE_RE,
 } from '../../index.js';
 import type { AppsContext, AppsDefinition, AppsExport, ServedApps } from './apps.js';
+import { checkAudit, mergeAudits, NO_AUDIT } from './audit_definition.js';
 /**
  * Loads the apps module at `source`, a path relative to the working directory (`.js`/`.mjs`, or
  * `.ts` when Node runs under tsx as `npm start` does). The module's default export is an
@@ -72,7 +73,7 @@ function checkApps(value: unknown, name: string): ServedApps {
   if (!isRecord(value)) throw refuse('the default export must be an object (defineApps)');
   const definition = value as Partial<AppsDefinition>;
   for (const key of Object.keys(value)) {
-    if (!['runnables', 'apps', 'hooks', 'schedules', 'workspace'].includes(key))
+    if (!['runnables', 'apps', 'hooks', 'schedules', 'workspace', 'audit'].includes(key))
       throw refuse(`unknown field ${JSON.stringify(key)}`);
   }
   if (!isRecord(definition.runnables)) throw refuse('runnables must be an object by path');
@@ -112,12 +113,14 @@ function checkApps(value: unknown, name: string): ServedApps {
     throw refuse('workspace must be a workspace id');
   if (schedules.length > 0 && workspace === null)
     throw refuse('schedules need a workspace to run in: add workspace: "…"');
+  const audit = checkAudit(definition.audit, (path) => has(path), refuse);
   return {
     runnables: definition.runnables,
     apps: definition.apps,
     hooks,
     schedules,
     workspace,
+    audit,
   };
 }
 
@@ -158,6 +161,10 @@ function mergeApps(parts: readonly ServedApps[]): ServedApps {
     hooks: Object.freeze(hooks),
     schedules: Object.freeze(schedules),
     workspace,
+    audit: mergeAudits(
+      parts.map((part) => part.audit),
+      (what) => new AppsModuleInvalidError(what),
+    ),
   });
 }
 
@@ -168,6 +175,7 @@ export const NO_APPS: ServedApps = Object.freeze({
   hooks: Object.freeze({}),
   schedules: Object.freeze([]),
   workspace: null,
+  audit: NO_AUDIT,
 });
 
 function isRecord(value: unknown): value is Record<string, unknown> {

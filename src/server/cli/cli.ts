@@ -5,10 +5,12 @@ import { ViewerCacheError } from '../../index.js';
 import { DEMO_WORKSPACE } from '../demo/demo.js';
 import { addAccessRecordCommands } from './cli_access_record.js';
 import { addAgentTokenCommands } from './cli_agents.js';
+import { addAuditCommand } from './cli_audit.js';
 import { addCacheCommands } from './cli_cache.js';
 import { addCatalogCommands, addMigrateCommand } from './cli_catalog.js';
 import { type GlobalOptions, workspaceArg } from './cli_context.js';
 import { addEmbedKeyCommands } from './cli_embed.js';
+import { addExplainCommand } from './cli_explain.js';
 import { addGoverningCommands } from './cli_governing.js';
 import { addProcessCommands } from './cli_process.js';
 import { addTokenCommands } from './cli_tokens.js';
@@ -46,6 +48,9 @@ export function buildCli(): Command {
   addCacheCommands(program);
   addAccessRecordCommands(program);
 
+  addAuditCommand(program);
+  addExplainCommand(program);
+
   return program;
 }
 
@@ -62,7 +67,8 @@ export async function main(argv: string[]): Promise<number> {
   const json = () => program.opts<GlobalOptions>().json === true || argv.includes('--json');
   try {
     await program.parseAsync(argv);
-    return 0;
+    // A command that ran but found something wrong (an audit that failed) says so here.
+    return typeof process.exitCode === 'number' ? process.exitCode : 0;
   } catch (err) {
     if (err instanceof CommanderError) {
       if (

@@ -92,6 +92,17 @@ export default defineApps(({ childRunUrl }: AppsContext) => {
     },
     hooks: { 'orders-refresh': 'f/orders/list' },
     schedules: [{ name: 'orders-digest', path: 'f/orders/list', owner: DEMO_PUBLISHER }],
+    // `viewer-cache audit --demo` runs these as every viewer: they only read. The child over
+    // HTTP needs a running server, which the audit does not start.
+    audit: {
+      runnables: {
+        'f/orders/list': true,
+        'f/orders/list_sql': true,
+        'f/orders/by_region': { args: { region: 'emea' } },
+        'f/orders/summary': true,
+        'f/orders/whoami': true,
+      },
+    },
   };
 });
 

@@ -94,9 +94,29 @@ export function clinicsWorld(rolePrefix = '', publisher: string) {
     [CLINICS_APP]: { publisher, public: false, runnables: paths },
     [CLINICS_PUBLIC_APP]: { publisher, public: true, runnables: paths },
   };
+  const detail = { expect: { refusedWithoutRole: true } };
+  const counts = { expect: { noColumns: ['patient_id', 'name', 'provider_email'] } };
   return {
     runnables,
     apps,
+    // `viewer-cache audit --demo`: patient detail is refused without the provider role; the
+    // counts never carry a patient column. The digest is the schedule's (no viewer) and is not
+    // audited. The two objects below are meant to be as they are.
+    audit: {
+      runnables: {
+        'f/clinics/patients': detail,
+        'f/clinics/patients_py': detail,
+        'f/clinics/patients_duckdb': detail,
+        'f/clinics/counts': counts,
+        'f/clinics/counts_py': counts,
+        'f/clinics/counts_duckdb': counts,
+      },
+      intended: {
+        'clinics.clinics': 'the clinic directory: every clinics role may read every clinic',
+        'clinics.patient_counts':
+          "an aggregate view whose WHERE is the rule (the guide's counts): it returns no patient row",
+      },
+    },
     schedules: [
       { name: 'clinics-digest', path: 'f/clinics/digest', owner: publisher },
       // Each provider's own patients, delivered to their outbox.

@@ -22,6 +22,7 @@ import { limitConnections } from './connection_limits.js';
 import { type AgentRouteDeps, registerAgentRoutes } from './http_agents.js';
 import { requireCachingDecisions, setLiveHeaders } from './http_caching.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
+import { registerExplainRoute } from './http_explain.js';
 import { deferredChildLogger } from './http_logger.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
@@ -415,6 +416,12 @@ export function buildHttpApp(deps: HttpDeps) {
   }
 
   if (deps.agents !== undefined) registerAgentRoutes(app, deps.agents);
+  registerExplainRoute(app, {
+    ...deps,
+    authenticate,
+    isWorkspaceAdmin: async (workspace, email) =>
+      (await deps.datatables.principals(workspace, email)).isAdmin,
+  });
 
   app.get<{ Params: WorkspaceParams }>(
     '/api/w/:workspace/schedules',

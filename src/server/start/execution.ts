@@ -81,15 +81,16 @@ export async function queueExecution(
 ): Promise<Execution> {
   const { pool, secretKey, releases, cacheOptions, logger } = assembly;
   const jobTokens = new JobTokens();
-  // Job tokens are shared (every server accepts a worker's), also those of the children here.
+  // The queue's schema is no longer written (records travel sealed, tokens live in Redis); it
+  // is still created for servers of the previous version during a rolling upgrade.
   await migrateQueue(pool);
-  const shared = new SharedJobTokens({ pool, logger });
-  const local = localExecutor(assembly, shared);
   const queueRedis = openQueueRedis(config, logger);
   releases.push(() => queueRedis.quit());
+  // Job tokens are shared (every server accepts a worker's), also those of the children here.
+  const shared = new SharedJobTokens({ redis: queueRedis, prefix: config.queuePrefix, logger });
+  const local = localExecutor(assembly, shared);
   const queue = createQueueExecutor({
     executor: local,
-    pool,
     redis: queueRedis,
     secretKey,
     wait: config.queueWaitMs,
@@ -103,7 +104,6 @@ export async function queueExecution(
   // workers; a job they run is cached exactly as a database worker caches it.
   const tokens = await startAgentTokens(assembly);
   const source = createQueueJobSource({
-    pool,
     redis: queueRedis,
     secretKey,
     lockDuration: config.agentLockMs,
@@ -173,7 +173,7 @@ async function startAgentTokens(assembly: AssemblyWithStore): Promise<AgentToken
  * at the wait (60 s, E_QUEUE_TIMEOUT or E_EXECUTOR_TIMEOUT) and held its slot until then.
  *
  * Nothing about the viewer changes: the child's viewer is its parent's, which the server read
- * from the shared job token (Postgres) when it built the job, and its key is the same wherever
+ * from the shared job token (Redis) when it built the job, and its key is the same wherever
  * it runs (a hit is still answered before anything runs).
  */
 export function childrenInProcess(parts: {

@@ -77,7 +77,7 @@ export async function startWorker(
     },
     store: true,
   });
-  const { apps: world, secretKey, datatables, pool, releases } = assembly;
+  const { apps: world, secretKey, datatables, releases } = assembly;
   if (config.serverUrl === null) {
     logger.warn(
       { code: WorkerMisconfiguredError.code },
@@ -88,7 +88,11 @@ export async function startWorker(
   try {
     const queueRedis = openQueueRedis(config, logger);
     releases.push(() => queueRedis.quit());
-    const jobTokens = new SharedJobTokens({ pool, logger });
+    const jobTokens = new SharedJobTokens({
+      redis: queueRedis,
+      prefix: config.queuePrefix,
+      logger,
+    });
     const executor = createExecutor({ runnables: world.runnables, datatables, jobTokens, logger });
     // Tracked: the worker runs the job, so it is the one that learns what a runnable version
     // depends on (SPEC invariant 17). The grown set is written to the shared learned sets
@@ -112,7 +116,6 @@ export async function startWorker(
     });
     const worker = createQueueWorker({
       executor: cache,
-      pool,
       redis: queueRedis,
       secretKey,
       prefix: config.queuePrefix,

@@ -1,8 +1,14 @@
 import { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import { type JobResult, type RunnableDefinition, SharedJobTokens } from '../../../src/index.js';
+import {
+  type Job,
+  type JobResult,
+  type RunnableDefinition,
+  SharedJobTokens,
+} from '../../../src/index.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
+import { sealJob } from '../../../src/queue/sealed_job.js';
 import { deferred } from '../../helpers/deferred.js';
 import {
   app,
@@ -18,7 +24,8 @@ import { QueueDeployment } from '../../helpers/queue_fixture.js';
 import { waitUntil } from '../../helpers/wait.js';
 
 // Jobs on workers (SPEC invariant 19), on a real Redis and Postgres: the server records the
-// viewer and writes the job record; the worker reads the viewer from the record alone.
+// viewer and seals the job record into the message; the worker reads the viewer from the sealed
+// record alone.
 
 const ALICE = 'alice@example.com';
 const BOB = 'bob@example.com';
@@ -53,8 +60,11 @@ const runnables: Record<string, RunnableDefinition> = {
     // Checks its own token from "another server" (a verifier of its own) while it runs.
     fn: async (_args, ctx) => ({
       token: ctx.jobToken,
-      live: (await new SharedJobTokens({ pool: deploy.pool }).verify(String(ctx.jobToken)))?.perms
-        .endUserEmail,
+      live: (
+        await new SharedJobTokens({ redis: deploy.redis, prefix: deploy.prefix }).verify(
+          String(ctx.jobToken),
+        )
+      )?.perms.endUserEmail,
     }),
   },
 };
@@ -95,11 +105,11 @@ describe('a miss runs on a worker, as the viewer the server recorded', () => {
     expect(again.fromCache).toBe(true);
     expect(again.value).toEqual(ROWS['emea']);
     expect(deploy.outcomes.length - before).toBe(2);
-    // The records are gone once answered.
+    // Nothing was written to Postgres for them: the record travels sealed in the message.
     const { rows } = await deploy.pool.query(
-      'select count(*)::int as n from viewer_cache_queue.job',
+      'select (select count(*) from viewer_cache_queue.job)::int as n, (select count(*) from viewer_cache_queue.job_token)::int as t',
     );
-    expect(rows[0].n).toBe(0);
+    expect(rows[0]).toEqual({ n: 0, t: 0 });
   });
 
   it('a run with no viewer asking for the viewer is refused with its code, never cached', async () => {
@@ -115,8 +125,38 @@ describe('a miss runs on a worker, as the viewer the server recorded', () => {
     const { token, live } = result.value as { token: string; live: string };
     expect(token).toMatch(/^vcjob_/);
     expect(live).toBe(ALICE);
-    const tokens = new SharedJobTokens({ pool: deploy.pool });
+    const tokens = new SharedJobTokens({ redis: deploy.redis, prefix: deploy.prefix });
     expect(await tokens.verify(token)).toBeNull();
+  });
+});
+
+describe('a queued miss pays Postgres nothing for the queue', () => {
+  it('runs, job token included, with the queue schema gone from the database', async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    // The record travels sealed in the message, the claim and the token live in Redis: with
+    // the tables that used to hold them gone, a miss still runs as the recorded viewer.
+    await deploy.pool.query('drop schema viewer_cache_queue cascade');
+    try {
+      const result = await runFor(server.registry, 'token', app(BOB), {
+        through: server.cached,
+        args: { schemaGone: true },
+      });
+      expect((result.value as { live: string }).live).toBe(BOB);
+    } finally {
+      await deploy.migrate();
+    }
+  });
+});
+
+describe('the deadline a message carries', () => {
+  it('is whole milliseconds whatever the wait: a fractional wait still runs', async () => {
+    const server = await deploy.server({ wait: 30_000.5 });
+    await deploy.worker();
+    const result = await runFor(server.registry, 'uncached', app(ALICE), {
+      through: server.cached,
+    });
+    expect(result.value).toEqual(ROWS['emea']);
   });
 });
 
@@ -166,53 +206,71 @@ describe('single flight across servers, scoped to the full key', () => {
 describe('forged queue messages are refused', () => {
   const keys = new QueueKeys(SECRET_KEY);
 
-  async function recordFor(viewer: string, workspace = WS): Promise<string> {
+  /** A job as the server records it (alice's, say): what a genuine message seals. */
+  async function jobFor(viewer: string, workspace = WS): Promise<Job> {
     const registry = (await deploy.server()).registry;
-    const job = registry.createJob({
+    return registry.createJob({
       workspace,
       path: 'uncached',
       runAs: PUBLISHER,
       origin: app(viewer),
     });
-    await deploy.pool.query(
-      `insert into viewer_cache_queue.job (id, workspace, path, hash, args, perms, origin, deadline)
-       values ($1, $2, $3, $4, '{}', $5, 'app', now() + interval '1 minute')`,
-      [job.id, job.workspace, job.runnable.path, job.runnable.hash, JSON.stringify(job.perms)],
-    );
-    return job.id;
   }
 
-  async function send(data: Record<string, string>): Promise<string> {
+  function sealed(job: Job, sealKeys = keys, queueId = keys.queueId(`forged:${job.id}`)) {
+    const place = { prefix: deploy.prefix, name: 'jobs' };
+    return sealJob(sealKeys, place, job, 'app', queueId, Date.now() + 60_000);
+  }
+
+  async function send(data: object, jobId = (data as { queueId: string }).queueId) {
     const queue = new Queue('jobs', { connection: deploy.redis, prefix: deploy.prefix });
     const before = deploy.outcomes.length;
-    await queue.add('run', data, {
-      jobId: data['queueId'],
-      removeOnComplete: true,
-      removeOnFail: true,
-    });
+    await queue.add('run', data, { jobId, removeOnComplete: true, removeOnFail: true });
     await waitUntil('the worker answered', () => deploy.outcomes.length > before);
     await queue.close();
     return deploy.outcomes[before]!.code;
   }
 
-  it('right job id, wrong MAC; a MAC of another workspace; a replay of a finished job', async () => {
+  it('a wrong seal, a record of another workspace, another secret, a replay of a finished job', async () => {
     await deploy.worker();
-    const jobId = await recordFor(ALICE);
-    const queueId = keys.queueId(`forged:${jobId}`);
-    const good = { workspace: WS, jobId, queueId };
-    expect(await send({ ...good, mac: keys.mac({ ...good, jobId: 'x' }) })).toBe(
+    const job = await jobFor(ALICE);
+    const good = sealed(job);
+    // A record that is not the server's: bytes flipped.
+    const raw = Buffer.from(good.record, 'base64');
+    raw[raw.length - 1]! ^= 1;
+    expect(await send({ ...good, record: raw.toString('base64') })).toBe('E_QUEUE_JOB_REFUSED');
+    // A genuine record moved to another workspace (its clear field edited).
+    expect(await send({ ...good, workspace: 'other' })).toBe('E_QUEUE_JOB_REFUSED');
+    // Sealed under another deployment's secret.
+    const foreign = new QueueKeys('another-deployment-secret-000000000');
+    expect(await send(sealed(job, foreign))).toBe('E_QUEUE_JOB_REFUSED');
+    // The genuine message runs once (as alice, from the sealed record) ...
+    expect(await send(good)).toBe('ok');
+    // ... and its replay is refused: the job is finished.
+    expect(await send(good)).toBe('E_QUEUE_JOB_REFUSED');
+  });
+
+  it('a genuine record copied under another queue id, with a later deadline, or past its own', async () => {
+    await deploy.worker();
+    const job = await jobFor(ALICE);
+    const good = sealed(job);
+    // Copied under another BullMQ job id (the clear queue id edited to match, or not).
+    const elsewhere = keys.queueId(`elsewhere:${job.id}`);
+    expect(await send({ ...good, queueId: elsewhere })).toBe('E_QUEUE_JOB_REFUSED');
+    expect(await send(good, elsewhere)).toBe('E_QUEUE_JOB_REFUSED');
+    // Its deadline pushed back in clear.
+    expect(await send({ ...good, deadline: good.deadline + 3_600_000 })).toBe(
       'E_QUEUE_JOB_REFUSED',
     );
-    // A valid MAC naming another workspace: the record is of this one.
-    const other = { workspace: 'other', jobId, queueId: keys.queueId(`other:${jobId}`) };
-    expect(await send({ ...other, mac: keys.mac(other) })).toBe('E_QUEUE_JOB_REFUSED');
-    // Signed under another deployment's secret.
-    const foreign = new QueueKeys('another-deployment-secret-000000000');
-    expect(await send({ ...good, mac: foreign.mac(good) })).toBe('E_QUEUE_JOB_REFUSED');
-    // The genuine message runs once (as alice, from the record) ...
-    expect(await send({ ...good, mac: keys.mac(good) })).toBe('ok');
-    // ... and its replay is refused: the record is finished.
-    expect(await send({ ...good, mac: keys.mac(good) })).toBe('E_QUEUE_JOB_REFUSED');
+    // A genuine record past its deadline (the server gave up on it).
+    const place = { prefix: deploy.prefix, name: 'jobs' };
+    const late = sealJob(keys, place, job, 'app', keys.queueId(`late:${job.id}`), Date.now() - 1);
+    expect(await send(late)).toBe('E_QUEUE_JOB_REFUSED');
+    // The message with an extra field (a viewer, say) is not a message.
+    expect(await send({ ...good, viewer: BOB })).toBe('E_QUEUE_JOB_REFUSED');
+    // None of these took the job's claim: the genuine message still runs, once.
+    expect(await send(good)).toBe('ok');
+    expect(await send(good)).toBe('E_QUEUE_JOB_REFUSED');
   });
 
   it("a worker's answer for one viewer never answers another viewer's run", async () => {

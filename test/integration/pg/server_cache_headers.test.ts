@@ -247,6 +247,34 @@ const ROUTES: Record<string, { caching: RouteCaching; cases: Case[] }> = {
       },
     ],
   },
+  'POST /api/w/:workspace/apps/:app/explain': {
+    caching: 'per-caller',
+    cases: [
+      {
+        what: 'a workspace admin’s explanation',
+        status: 200,
+        send: () =>
+          post(`/api/w/${WS}/apps/clinics/explain`, PUBLISHER, {
+            path: 'f/clinics/patients',
+            viewer: { email: 'dana@example.com' },
+          }),
+      },
+      {
+        what: 'anyone else',
+        status: 403,
+        send: () =>
+          post(`/api/w/${WS}/apps/clinics/explain`, NORA, {
+            path: 'f/clinics/patients',
+            viewer: { email: 'dana@example.com' },
+          }),
+      },
+      {
+        what: 'no token',
+        status: 401,
+        send: () => post(`/api/w/${WS}/apps/clinics/explain`, undefined, {}),
+      },
+    ],
+  },
   ...getRoute('/api/w/:workspace/outbox', 'per-caller', [
     ['their own deliveries', 200, () => `/api/w/${WS}/outbox`, () => NORA],
     ['no token', 401, () => `/api/w/${WS}/outbox`, () => undefined],

@@ -1,0 +1,67 @@
+/**
+ * The servers `outsider_http.ts` measures, in a process of their own (started by it; not run by
+ * hand): the reference server with its defaults (two tiers, sealed, access line on), the same
+ * with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`), and the floor — a minimal Fastify route
+ * that checks the bearer token and does one Redis `GET` of the same response bytes. Prints one
+ * JSON line `{ targets, token, body, path }` when ready; stops on SIGTERM (so `--cpu-prof`
+ * writes its profile).
+ */
+import { timingSafeEqual } from 'node:crypto';
+import Fastify from 'fastify';
+import { Redis } from 'ioredis';
+import { APP_RUN, firstRun, LIST, startBenchServer } from './http_bench.js';
+import { benchPostgres } from './postgres_fixture.js';
+
+const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+const prefix = `vcout${process.pid}_`;
+const redisPrefix = `vc-bench-out-${process.pid}:`;
+const postgres = await benchPostgres();
+const twoTiers = await startBenchServer(postgres, prefix, redisUrl, redisPrefix, {
+  VIEWER_CACHE_MEMORY_TIER_BYTES: undefined,
+});
+const redisOnly = await startBenchServer(postgres, `${prefix}r`, redisUrl, `${redisPrefix}r:`, {
+  VIEWER_CACHE_MEMORY_TIER_BYTES: '0',
+});
+const bytes = await firstRun(twoTiers.server.url, twoTiers.token);
+await firstRun(redisOnly.server.url, redisOnly.token);
+
+// The floor: what any Fastify service answering a cached JSON blob for a bearer token does.
+const floorKey = `${redisPrefix}floor`;
+const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+redis.on('error', () => {});
+await redis.set(floorKey, bytes, 'EX', 3600);
+const expected = Buffer.from(`Bearer ${twoTiers.token}`);
+const floor = Fastify();
+floor.post('/floor', async (request, reply) => {
+  const given = Buffer.from(request.headers.authorization ?? '');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected))
+    return reply.status(401).send({ error: 'unauthenticated' });
+  const found = await redis.getBuffer(floorKey);
+  return reply.header('content-type', 'application/json; charset=utf-8').send(found);
+});
+const floorUrl = await floor.listen({ host: '127.0.0.1', port: 0 });
+
+process.stdout.write(
+  `${JSON.stringify({
+    targets: {
+      floor: `${floorUrl}/floor`,
+      cached: new URL(APP_RUN, twoTiers.server.url).toString(),
+      redisOnly: new URL(APP_RUN, redisOnly.server.url).toString(),
+    },
+    token: twoTiers.token,
+    tokenRedisOnly: redisOnly.token,
+    body: LIST,
+  })}\n`,
+);
+
+process.once('SIGTERM', () => {
+  void (async () => {
+    await floor.close();
+    await redis.del(floorKey);
+    redis.disconnect();
+    await redisOnly.server.close();
+    await twoTiers.server.close();
+    await postgres.close(prefix);
+    process.exit(0);
+  })();
+});

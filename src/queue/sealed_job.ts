@@ -1,0 +1,81 @@
+import { InvalidJobError } from '../errors.js';
+import type { Job, RunOrigin } from '../job.js';
+import { permsFromJson } from './job_records.js';
+import type { QueueMessage } from './queue_names.js';
+import type { QueueKeys } from './queue_seal.js';
+
+/** Where a message belongs: the queue it was put on (a copy moved to another opens nowhere). */
+export interface QueuePlace {
+  readonly prefix: string;
+  readonly name: string;
+}
+
+/**
+ * The job record, sealed into the queue message (server side, at run start): perms with the
+ * viewer, origin, args, runnable — AES-256-GCM under the deployment secret's record key. The
+ * associated data binds it to its queue, workspace, BullMQ job id and deadline, so a message
+ * whose clear fields were edited, or that was copied under another job id or queue, opens
+ * nowhere. Args and perms travel as the JSON text the server wrote (the worker must see exactly
+ * what the key was built from).
+ */
+export function sealJob(
+  keys: QueueKeys,
+  place: QueuePlace,
+  job: Job,
+  origin: RunOrigin['kind'] | 'unknown',
+  queueId: string,
+  deadline: number,
+): QueueMessage {
+  const record = JSON.stringify([
+    job.id,
+    job.runnable.path,
+    job.runnable.hash,
+    JSON.stringify(job.args),
+    JSON.stringify(job.perms),
+    origin,
+    job.cacheTtlS ?? null,
+  ]);
+  const bound = boundTo(place, job.workspace, queueId, deadline);
+  return { workspace: job.workspace, queueId, deadline, record: keys.sealRecord(bound, record) };
+}
+
+/**
+ * The job a message's record holds, or null when it does not open (forged, edited, another
+ * deployment's secret, moved to another queue or job id). Past its deadline is the caller's to
+ * check (a clock). A record that opens but is malformed fails closed (E_INVALID_JOB).
+ */
+export function openJob(keys: QueueKeys, place: QueuePlace, message: QueueMessage): Job | null {
+  const bound = boundTo(place, message.workspace, message.queueId, message.deadline);
+  const text = keys.openRecord(bound, message.record);
+  if (text === null) return null;
+  const fields = JSON.parse(text) as unknown;
+  if (!Array.isArray(fields) || fields.length !== 7) throw new InvalidJobError('malformed record');
+  const [id, path, hash, args, perms, , cacheTtlS] = fields as [
+    unknown,
+    unknown,
+    unknown,
+    unknown,
+    unknown,
+    unknown,
+    unknown,
+  ];
+  if (typeof id !== 'string' || typeof path !== 'string' || typeof hash !== 'string')
+    throw new InvalidJobError('malformed record');
+  if (typeof args !== 'string' || typeof perms !== 'string')
+    throw new InvalidJobError('malformed record');
+  if (cacheTtlS !== null && typeof cacheTtlS !== 'number')
+    throw new InvalidJobError('malformed record');
+  return Object.freeze({
+    id,
+    workspace: message.workspace,
+    runnable: Object.freeze({ path, hash }),
+    args: JSON.parse(args) as Record<string, unknown>,
+    perms: permsFromJson(perms),
+    ...(cacheTtlS === null ? {} : { cacheTtlS }),
+  });
+}
+
+/** The associated data: an array, so no two different places share one encoding. */
+function boundTo(place: QueuePlace, workspace: string, queueId: string, deadline: number): string {
+  return JSON.stringify(['job record v1', place.prefix, place.name, workspace, queueId, deadline]);
+}
