@@ -15,6 +15,8 @@ import {
   type Context,
   context,
   ProxyTracerProvider,
+  propagation,
+  ROOT_CONTEXT,
   type Span,
   SpanKind,
   SpanStatusCode,
@@ -136,6 +138,34 @@ function sqlstateInCause(err: unknown): string | null {
     at = (at as { cause?: unknown }).cause;
   }
   return null;
+}
+
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/** The W3C `traceparent` of `ctx` (through the propagator the SDK registered), or null. */
+export function traceparentOf(ctx: Context): string | null {
+  const carrier: Record<string, string> = {};
+  propagation.inject(ctx, carrier);
+  const value = carrier['traceparent'];
+  return value !== undefined && TRACEPARENT.test(value) ? value : null;
+}
+
+/**
+ * Runs `fn` in a CONSUMER span `name` that continues the trace `traceparent` names (a job taken
+ * from the queue, its context sealed with it); without an SDK, or without a context, just `fn`.
+ */
+export function runTraced<T>(
+  traceparent: string | null,
+  name: string,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const tracer = sdkTracer();
+  if (tracer === null) return fn();
+  const parent =
+    traceparent !== null && TRACEPARENT.test(traceparent)
+      ? propagation.extract(ROOT_CONTEXT, { traceparent })
+      : ROOT_CONTEXT;
+  return inSpan(tracer, name, { 'messaging.system': 'bullmq' }, fn, SpanKind.CONSUMER, parent);
 }
 
 export { SpanKind };

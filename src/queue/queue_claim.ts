@@ -4,12 +4,14 @@ import type { Job } from '../job.js';
 import { type ClaimRedis, claimJob, claimKey, finishJob } from './job_claims.js';
 import { isQueueMessage, type QueueMessage } from './queue_names.js';
 import type { QueueKeys } from './queue_seal.js';
-import { openJob, type QueuePlace } from './sealed_job.js';
+import { openJobRecord, type QueuePlace } from './sealed_job.js';
 
 /** A queue message that opened, and the job its record holds (viewer included). */
 export interface ClaimedQueueJob {
   readonly message: QueueMessage;
   readonly job: Job;
+  /** The server's trace context for the run (W3C `traceparent`), sealed with the job; or null. */
+  readonly traceparent: string | null;
   /** Marks the job finished (its message is refused from now on): before answering. */
   finish(): Promise<void>;
 }
@@ -31,16 +33,17 @@ export async function claimQueuedJob(
   const data = bullJob.data;
   if (!isQueueMessage(data) || data.queueId !== bullJob.id || data.deadline <= Date.now())
     return null;
-  let job: Job | null;
+  let opened: { job: Job; traceparent: string | null } | null;
   try {
-    job = openJob(keys, place, data);
+    opened = openJobRecord(keys, place, data);
   } catch {
-    job = null;
+    opened = null;
   }
-  if (job === null) return null;
+  if (opened === null) return null;
+  const { job, traceparent } = opened;
   const key = claimKey(place.prefix, place.name, job.id);
   if (!(await claimJob(redis, key, data.deadline).catch(() => false))) return null;
-  return { message: data, job, finish: () => finishJob(redis, key) };
+  return { message: data, job, traceparent, finish: () => finishJob(redis, key) };
 }
 
 /** The code a failure travels as: ours, or E_EXECUTOR_FAILED (Redis keeps reasons in clear). */

@@ -1,3 +1,4 @@
+import { context } from '@opentelemetry/api';
 import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
@@ -12,6 +13,7 @@ import type { Executor, JobRequest } from '../executor/executor.js';
 import type { Job, RunOptions, RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import {
   HEARTBEAT_TTL_MS,
@@ -128,7 +130,11 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       events.on(`failed:${queueId}` as 'failed', onFailed);
     });
 
-  const run = async (job: Job, runOptions?: RunOptions): Promise<JobResult> => {
+  const enqueue = async (
+    job: Job,
+    runOptions: RunOptions | undefined,
+    traceparent: string | null,
+  ): Promise<JobResult> => {
     const queueId = keys.queueId(runOptions?.flight ?? `job:${job.workspace}:${job.id}`);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
@@ -140,6 +146,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       queueId,
       // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
       Math.ceil(Date.now() + waitMs),
+      traceparent,
     );
     // Subscribed before adding: a job that finishes at once is not missed.
     const answer = waitFor(queueId);
@@ -168,6 +175,20 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     const json = keys.openResult(queueId, sealed);
     if (json === null) throw new QueueResultInvalidError();
     return ComputedResult.withJson(job.id, JSON.parse(json.toString('utf8')), json, true);
+  };
+
+  // Traced: a PRODUCER span around the enqueue and the wait, whose context travels sealed in
+  // the record, so the worker's spans join the server's trace.
+  const run = (job: Job, runOptions?: RunOptions): Promise<JobResult> => {
+    const tracer = sdkTracer();
+    if (tracer === null) return enqueue(job, runOptions, null);
+    return inSpan(
+      tracer,
+      'viewer_cache.queue.enqueue',
+      { 'messaging.system': 'bullmq', 'messaging.operation.type': 'send' },
+      () => enqueue(job, runOptions, traceparentOf(context.active())),
+      SpanKind.PRODUCER,
+    );
   };
 
   return {

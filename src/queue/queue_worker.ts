@@ -1,6 +1,7 @@
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
 import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
+import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
@@ -82,7 +83,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     const path = job.runnable.path;
     running += 1;
     try {
-      const result = await executor.run(job);
+      const result = await runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
+        executor.run(job),
+      );
       const json = result.json();
       await claimed.finish().catch(() => {});
       finished({ path, code: 'ok', ms: performance.now() - started });

@@ -25,6 +25,7 @@ export function sealJob(
   origin: RunOrigin['kind'] | 'unknown',
   queueId: string,
   deadline: number,
+  traceparent: string | null = null,
 ): QueueMessage {
   const record = JSON.stringify([
     job.id,
@@ -34,6 +35,7 @@ export function sealJob(
     JSON.stringify(job.perms),
     origin,
     job.cacheTtlS ?? null,
+    traceparent,
   ]);
   const bound = boundTo(place, job.workspace, queueId, deadline);
   return { workspace: job.workspace, queueId, deadline, record: keys.sealRecord(bound, record) };
@@ -45,12 +47,25 @@ export function sealJob(
  * check (a clock). A record that opens but is malformed fails closed (E_INVALID_JOB).
  */
 export function openJob(keys: QueueKeys, place: QueuePlace, message: QueueMessage): Job | null {
+  return openJobRecord(keys, place, message)?.job ?? null;
+}
+
+/**
+ * {@link openJob}, with the trace context the server sealed beside the job (W3C `traceparent`,
+ * when the server was traced): inside the record, so a forged message cannot graft a trace.
+ */
+export function openJobRecord(
+  keys: QueueKeys,
+  place: QueuePlace,
+  message: QueueMessage,
+): { job: Job; traceparent: string | null } | null {
   const bound = boundTo(place, message.workspace, message.queueId, message.deadline);
   const text = keys.openRecord(bound, message.record);
   if (text === null) return null;
   const fields = JSON.parse(text) as unknown;
-  if (!Array.isArray(fields) || fields.length !== 7) throw new InvalidJobError('malformed record');
-  const [id, path, hash, args, perms, , cacheTtlS] = fields as [
+  if (!Array.isArray(fields) || fields.length < 7 || fields.length > 8)
+    throw new InvalidJobError('malformed record');
+  const [id, path, hash, args, perms, , cacheTtlS, traceparent = null] = fields as [
     unknown,
     unknown,
     unknown,
@@ -58,14 +73,17 @@ export function openJob(keys: QueueKeys, place: QueuePlace, message: QueueMessag
     unknown,
     unknown,
     unknown,
+    unknown?,
   ];
+  if (traceparent !== null && (typeof traceparent !== 'string' || traceparent.length > 256))
+    throw new InvalidJobError('malformed record');
   if (typeof id !== 'string' || typeof path !== 'string' || typeof hash !== 'string')
     throw new InvalidJobError('malformed record');
   if (typeof args !== 'string' || typeof perms !== 'string')
     throw new InvalidJobError('malformed record');
   if (cacheTtlS !== null && typeof cacheTtlS !== 'number')
     throw new InvalidJobError('malformed record');
-  return Object.freeze({
+  const job: Job = Object.freeze({
     id,
     workspace: message.workspace,
     runnable: Object.freeze({ path, hash }),
@@ -73,6 +91,7 @@ export function openJob(keys: QueueKeys, place: QueuePlace, message: QueueMessag
     perms: permsFromJson(perms),
     ...(cacheTtlS === null ? {} : { cacheTtlS }),
   });
+  return { job, traceparent };
 }
 
 /** The associated data: an array, so no two different places share one encoding. */

@@ -47,6 +47,16 @@ const run = (email: string | null, path: string) =>
 const listFor = (email: string) =>
   e2e.cliJson<Row[]>(['-w', WS, 'access-record', 'list', '--user', email]);
 
+/** The viewer's rows once there are `count` (rows are written within a second or so). */
+async function listedAtLeast(email: string, count: number): Promise<Row[]> {
+  let rows: Row[] = [];
+  await pollUntil(async () => {
+    rows = await listFor(email);
+    return rows.length >= count;
+  }, 15_000);
+  return rows;
+}
+
 beforeAll(async () => {
   await e2e.start();
   await e2e.ready();
@@ -62,14 +72,12 @@ describe('the access record', () => {
     expect((await run(ALICE, 'f/orders/list')).status).toBe(200);
     expect((await run(DAVE, 'f/orders/list')).status).toBe(403);
     // Written in batches, off the request path: within a second or so.
-    let alice: Row[] = [];
-    await pollUntil(async () => (alice = await listFor(ALICE)).length >= 2, 15_000);
+    const alice = await listedAtLeast(ALICE, 2);
     expect(alice.map((r) => [r.app, r.runnable, r.origin, r.outcome, r.code])).toEqual([
       ['orders-dashboard', 'f/orders/list', 'app', 'hit', null],
       ['orders-dashboard', 'f/orders/list', 'app', 'miss', null],
     ]);
-    let dave: Row[] = [];
-    await pollUntil(async () => (dave = await listFor(DAVE)).length >= 1, 15_000);
+    const dave = await listedAtLeast(DAVE, 1);
     expect(dave.map((r) => [r.outcome, r.code])).toEqual([['refused', 'E_NO_ROLES']]);
     expect(await listFor('nobody@example.com')).toEqual([]);
   });
