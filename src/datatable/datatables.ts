@@ -30,6 +30,7 @@ import { CatalogAdmin } from './admin/catalog_admin.js';
 import { CatalogSnapshot } from './catalog/catalog_snapshot.js';
 import type { Directory, Principals } from './catalog/directory.js';
 import { LEARNED_CHANNEL, migrateCatalog } from './catalog/migrations.js';
+import { type RulesMode, RulesWatch } from './catalog/rules_watch.js';
 import type { Datatables, DatatablesTestHooks, RawDatatablesOptions } from './datatables_api.js';
 import type { DatatablesEvents } from './datatables_events.js';
 import { explainJob, type JobExplanation } from './datatables_explain.js';
@@ -77,6 +78,7 @@ class DatatableService implements Datatables {
   readonly #traceStatementText: boolean;
   readonly #pool: pg.Pool;
   readonly #snapshot: CatalogSnapshot;
+  readonly #rules: RulesWatch;
   readonly #authorizations: JobAuthorizations;
   readonly #dependencies: RunDependencies;
   readonly #protocol: RoleSetProtocol;
@@ -122,7 +124,17 @@ class DatatableService implements Datatables {
         },
       },
     });
-    this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory);
+    this.#rules = new RulesWatch({
+      pool: this.#pool,
+      adminConfig,
+      intervalMs: catalog.heartbeatMs,
+      timeoutMs: catalog.heartbeatTimeoutMs,
+      latest: () => this.#snapshot.latest,
+      onCommitted: (generation) => this.#snapshot.invalidate(generation),
+      logger,
+      ...(hooks.beforeRulesCheck ? { beforeCheck: hooks.beforeRulesCheck } : {}),
+    });
+    this.#authorizations = new JobAuthorizations(this.#snapshot, this.#directory, this.#rules);
     const learned = new LearnedSets({
       pool: this.#pool,
       key: passwords.deriveKey('learned dependency sets'),
@@ -225,6 +237,20 @@ class DatatableService implements Datatables {
     }
     if (options.migrate) await migrateCatalog(this.#pool);
     await this.#snapshot.start();
+    await this.#rules.start();
+  }
+
+  rulesMode(workspace: string, datatable: string): RulesMode | null {
+    const found = this.#snapshot.latest?.datatable(workspace, datatable);
+    return found === undefined ? null : this.#rules.modeOf(found.database);
+  }
+
+  async invalidateDatatable(
+    workspace: string,
+    datatable: string,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }> {
+    const { generation } = await this.admin.bumpRulesVersion(workspace, datatable);
+    return this.#snapshot.awaitPropagation(generation);
   }
 
   get generation(): number {
@@ -385,6 +411,7 @@ class DatatableService implements Datatables {
     // has under way and starts nothing more (nothing logs a pool ended under it).
     await this.#warmer?.close();
     await this.#leaser.close();
+    await this.#rules.close();
     await this.#snapshot.close();
     await this.#pools.close();
     await this.#identities?.close();

@@ -129,6 +129,8 @@ export interface RawDatatablesOptions {
 export interface DatatablesTestHooks {
   /** Called before each step of the set-login protocol; throw to simulate a crash there. */
   beforeLoginStep?: RoleSetStepHook;
+  /** Called before each rules check of a data-table database; throw to make it fail. */
+  beforeRulesCheck?: (database: string) => void;
 }
 
 /**
@@ -168,6 +170,24 @@ export interface Datatables extends DatatableConnector {
   awaitPropagation(
     generation?: number,
   ): Promise<{ generation: number; acknowledged: number; missing: number }>;
+  /**
+   * Drops every cache entry whose run depended on data table `datatable`, in every process (its
+   * rules version moves: SPEC invariant 22), for rule changes the library cannot see — a
+   * policy reading another database, a function reading the clock. Resolves once every live
+   * process acknowledged it (`acknowledged`), or the staleness bound passed (`missing` counts
+   * those that did not answer; they have stopped trusting their memory by then).
+   * @throws {UnknownDatatableError} E_UNKNOWN_DATATABLE when the workspace has no such data table.
+   */
+  invalidateDatatable(
+    workspace: string,
+    datatable: string,
+  ): Promise<{ generation: number; acknowledged: number; missing: number }>;
+  /**
+   * How rule changes in the data table's database reach this process: `event-trigger` (in the
+   * DDL's transaction), `digest` (read every heartbeat; bound heartbeat + timeout), or null
+   * before its first check (or no such data table).
+   */
+  rulesMode(workspace: string, datatable: string): 'event-trigger' | 'digest' | null;
   /** Set logins, with the names of the roles they hold. */
   listLogins(): Promise<SetLoginInfo[]>;
   /**

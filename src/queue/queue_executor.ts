@@ -61,6 +61,8 @@ export interface QueueExecutor extends Executor {
   ready(): Promise<void>;
   /** Workers whose heartbeat is fresh (seen within 15 s). */
   liveWorkers(): Promise<number>;
+  /** Jobs in the queue by state: waiting for a worker, running, delayed. */
+  jobCounts(): Promise<{ waiting: number; active: number; delayed: number }>;
   close(): Promise<void>;
 }
 
@@ -207,6 +209,14 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
         zcount(key: string, min: number, max: string): Promise<number>;
       };
       return client.zcount(heartbeatKey(prefix, name), Date.now() - HEARTBEAT_TTL_MS, '+inf');
+    },
+    async jobCounts() {
+      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
+      return {
+        waiting: (counts['waiting'] ?? 0) + (counts['prioritized'] ?? 0),
+        active: counts['active'] ?? 0,
+        delayed: counts['delayed'] ?? 0,
+      };
     },
     async close() {
       // With Redis gone, BullMQ's close and a QUIT wait for it to come back (these clients retry

@@ -13,6 +13,10 @@ export interface QueueJobOutcome {
   readonly path: string | null;
   readonly code: string;
   readonly ms: number;
+  /** How long the job waited in the queue before this worker took it (ms). */
+  readonly waitedMs: number;
+  /** Whether this is the job's second run (its first worker was lost). */
+  readonly retried: boolean;
 }
 
 /** A worker's options: a taker's (a worker that dies mid-job hands it back after its lock), and: */
@@ -30,6 +34,8 @@ export interface RawQueueWorkerOptions extends QueueTakerOptions {
   concurrency?: number;
   /** Called once per finished job (metrics). */
   onFinished?: (outcome: QueueJobOutcome) => void;
+  /** Told when this worker finds a job whose worker was lost (BullMQ's stalled check). */
+  onStalled?: () => void;
 }
 
 export interface QueueWorker {
@@ -70,15 +76,24 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     }
   };
 
-  const refuse = (started: number, path: string | null): never => {
-    finished({ path, code: QueueJobRefusedError.code, ms: performance.now() - started });
+  const refuse = (
+    started: number,
+    path: string | null,
+    bullJob: BullJob<unknown, string>,
+  ): never => {
+    finished({
+      path,
+      code: QueueJobRefusedError.code,
+      ms: performance.now() - started,
+      ...queued(bullJob),
+    });
     throw new UnrecoverableError(QueueJobRefusedError.code);
   };
 
   const processor = async (bullJob: BullJob<unknown, string>): Promise<string> => {
     const started = performance.now();
     const claimed = await claimQueuedJob(keys, place, connection, bullJob);
-    if (claimed === null) return refuse(started, null);
+    if (claimed === null) return refuse(started, null, bullJob);
     const { message, job } = claimed;
     const path = job.runnable.path;
     running += 1;
@@ -88,12 +103,12 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
       );
       const json = result.json();
       await claimed.finish().catch(() => {});
-      finished({ path, code: 'ok', ms: performance.now() - started });
+      finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob) });
       return keys.sealResult(message.queueId, json);
     } catch (thrown) {
       await claimed.finish().catch(() => {});
       const code = queueFailureCode(thrown);
-      finished({ path, code, ms: performance.now() - started });
+      finished({ path, code, ms: performance.now() - started, ...queued(bullJob) });
       // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
       throw new UnrecoverableError(code);
     } finally {
@@ -124,6 +139,15 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     removeOnFail: { count: 0 },
   });
   worker.on('error', (err) => logger.debug({ err: err.message }, 'worker error'));
+  worker.on('stalled', () => {
+    // Said at warn: a lost worker is the operator's news (the job runs once more, as its viewer).
+    logger.warn("a job's worker was lost; it is handed back and runs once more");
+    try {
+      options.onStalled?.();
+    } catch {
+      // a metrics callback never fails the worker
+    }
+  });
 
   const beatKey = heartbeatKey(prefix, name);
   const beat = () => {
@@ -206,4 +230,13 @@ function untilOrUnreachable(
       () => finish(true),
     );
   });
+}
+
+/** What a BullMQ job says of its time in the queue and its runs. */
+function queued(bullJob: BullJob<unknown, string>): { waitedMs: number; retried: boolean } {
+  const stalled = (bullJob as { stalledCounter?: unknown }).stalledCounter;
+  return {
+    waitedMs: Math.max(0, Date.now() - bullJob.timestamp),
+    retried: typeof stalled === 'number' && stalled > 0,
+  };
 }

@@ -8,11 +8,12 @@ import { httpRequest, isRecord, runCliJson } from './server_process.js';
 // The scene: a fleet of reference servers on one database; the demo's alice (group emea, role
 // <prefix>sales_emea) reads demo.orders through `f/orders/list` (cached for 60 s). A restrictive
 // policy also requires an entitlement row (demo.entitlement, declared governing with the CLI).
-// Each change revokes or restores alice's EMEA rows in one of four ways, made by one admin
-// process (the library, as the CLI runs it) or, for entitlement rows, by a plain connection.
+// Each change revokes or restores alice's EMEA rows in one of five ways, made by one admin
+// process (the library, as the CLI runs it) or, for entitlement rows and the policy (DDL in the
+// data table's database, as a security engineer would), by a plain connection.
 // Then every server is asked for alice's rows back to back until each reflects the change.
 
-export const KINDS = ['role', 'membership', 'tenant', 'entitlement'] as const;
+export const KINDS = ['role', 'membership', 'tenant', 'entitlement', 'policy'] as const;
 export type ChangeKind = (typeof KINDS)[number];
 export type Direction = 'revoke' | 'restore';
 
@@ -117,9 +118,24 @@ export async function propagationScene(
     return ids.some((id) => EMEA_IDS.includes(id as number)) ? 'other' : 'revoked';
   };
 
+  // The demo's own policy, as it was: restored by 'policy' after each revoke.
+  const { rows: policy } = await sql.query<{ qual: string }>(
+    `select qual from pg_catalog.pg_policies
+      where schemaname = 'demo' and tablename = 'orders' and policyname = 'orders_emea'`,
+  );
+  const emeaQual = policy[0]?.qual;
+  if (emeaQual === undefined) throw new Error('the demo has no policy orders_emea');
+
   const apply = async (kind: ChangeKind, direction: Direction): Promise<void> => {
     const revoke = direction === 'revoke';
     const a = admin.admin;
+    if (kind === 'policy') {
+      await sql.query(
+        `alter policy orders_emea on demo.orders using (${revoke ? 'false' : emeaQual})`,
+      );
+      if (options.awaitPropagation === true) await admin.awaitPropagation();
+      return;
+    }
     if (kind === 'role') await (revoke ? a.disableRole(WS, emea) : a.enableRole(WS, emea));
     else if (kind === 'membership') {
       await (revoke

@@ -5,7 +5,7 @@
  * (job_authorizations.ts); and what a run depended on (run_dependencies.ts), in the grammar of
  * dependency.ts. Reads the catalog; knows nothing of logins or connections.
  */
-import { hash } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import type { DatatableRef } from '../../connector/datatable_ref.js';
 import type { EmbedViewer } from '../../embed_viewer.js';
 import {
@@ -75,10 +75,21 @@ export class JobAuthorization {
   /** The viewer's roles by data table (one pass over the workspace's roles), on first use. */
   #viewerRoles: Map<string, CatalogRole[]> | undefined;
 
-  constructor(state: CatalogState, parties: JobParties, runnerParts?: Map<string, string>) {
+  /** Databases whose rules version is confirmed (RulesWatch); undefined: all of them. */
+  readonly #confirmed: ReadonlySet<string> | undefined;
+  /** Stands for an unconfirmed rules version: this instance's own, so it matches no entry. */
+  #unconfirmed: string | undefined;
+
+  constructor(
+    state: CatalogState,
+    parties: JobParties,
+    runnerParts?: Map<string, string>,
+    confirmed?: ReadonlySet<string>,
+  ) {
     this.#state = state;
     this.#parties = parties;
-    this.#runnerParts = runnerParts;
+    this.#runnerParts = confirmed === undefined ? runnerParts : undefined;
+    this.#confirmed = confirmed;
   }
 
   /**
@@ -333,12 +344,26 @@ export class JobAuthorization {
     return held === undefined ? 'no' : `yes:${held.oid}@${held.version}`;
   }
 
-  /** A grant as text: the database and role ids with versions, or the refusal's code. */
+  /**
+   * A grant as text: the database, role ids with versions, governing stamps and rules version,
+   * or the refusal's code.
+   */
   #outcome(ref: DatatableRef): string {
     const decision = this.#decide(ref);
     if ('refused' in decision) return `!${decision.refused.code}`;
     const { datatable, roles, governing } = decision;
-    return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}`;
+    // The rules version: a policy, grant, view or function changed in the data table's
+    // database moves every answer that connects there, and no other.
+    // Unconfirmed (its database did not answer the rules check in time): a value of this
+    // instance alone, so no entry is served and nothing stored is found again (fail closed).
+    let rules: string;
+    if (this.#confirmed === undefined || this.#confirmed.has(datatable.database)) {
+      rules = this.#state.rulesVersion(this.#parties.workspace, datatable.name);
+    } else {
+      this.#unconfirmed ??= `?${randomUUID()}`;
+      rules = this.#unconfirmed;
+    }
+    return `${JSON.stringify(datatable.database)}[${roles.map((role) => `${role.oid}@${role.version}`).join(',')}]{${governing}}~${rules}`;
   }
 }
 

@@ -3,6 +3,7 @@ import { canonicalRoleScope, type Job } from '../../job.js';
 import type { CatalogSnapshot } from '../catalog/catalog_snapshot.js';
 import type { CatalogState } from '../catalog/catalog_state.js';
 import type { Directory, Principals } from '../catalog/directory.js';
+import type { RulesWatch } from '../catalog/rules_watch.js';
 import { JobAuthorization } from './authorization.js';
 
 /** Memo entries kept per catalog generation before the memo is cleared wholesale. */
@@ -26,19 +27,40 @@ export class JobAuthorizations {
   #runnerParts = new Map<string, string>();
 
   /** `directory` null means the built-in one (memberships in the catalog). */
-  constructor(snapshot: CatalogSnapshot, directory: Directory | null) {
+  readonly #rules: Pick<RulesWatch, 'confirmed' | 'confirm'> | null;
+  /** The confirmed databases the memo was built under, and whether they are all of the state's. */
+  #memoConfirmed: ReadonlySet<string> | null = null;
+  #memoAllConfirmed = true;
+
+  /**
+   * `directory` null means the built-in one (memberships in the catalog). `rules`: which
+   * databases' rules versions are confirmed (null: take the catalog's as confirmed).
+   */
+  constructor(
+    snapshot: CatalogSnapshot,
+    directory: Directory | null,
+    rules: Pick<RulesWatch, 'confirmed' | 'confirm'> | null = null,
+  ) {
     this.#snapshot = snapshot;
     this.#directory = directory;
+    this.#rules = rules;
   }
 
   of(job: Job): JobAuthorization | Promise<JobAuthorization> {
     const state = this.#snapshot.freshState();
     if (state === undefined || this.#directory !== null) return this.#slow(job);
-    if (state !== this.#memoState) {
+    // Same object while nothing changes: the hit path compares identities, no I/O.
+    const confirmed = this.#rules?.confirmed() ?? null;
+    if (state !== this.#memoState || confirmed !== this.#memoConfirmed) {
       this.#memo.clear();
       this.#runnerParts = new Map();
       this.#memoState = state;
+      this.#memoConfirmed = confirmed;
+      this.#memoAllConfirmed = confirmed === null || allConfirmed(state, confirmed);
     }
+    // A database's rules unconfirmed: confirm first (or, where that just failed, give the job
+    // an authorization of its own, never memoised, whose answers there match no entry).
+    if (!this.#memoAllConfirmed) return this.#slow(job);
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
     const scope = canonicalRoleScope(perms.roleScope);
@@ -61,30 +83,51 @@ export class JobAuthorizations {
   }
 
   async #slow(job: Job): Promise<JobAuthorization> {
-    const state = await this.#snapshot.current();
+    let state = await this.#snapshot.current();
+    if (this.#rules !== null) {
+      await this.#rules.confirm(state);
+      // A digest recorded by that check moved the catalog: read it as of now.
+      state = await this.#snapshot.current();
+    }
+    const confirmed = this.#rules?.confirmed();
     const directory = this.#directory;
-    if (directory === null) return builtIn(state, job);
+    if (directory === null) return builtIn(state, job, undefined, confirmed);
     const { workspace, perms } = job;
     const viewer = perms.endUserEmail;
     const [runnerPrincipals, viewerPrincipals] = await Promise.all([
       directory.principals(workspace, perms.email),
       viewer === null ? null : directory.principals(workspace, viewer),
     ]);
-    return new JobAuthorization(state, {
-      workspace,
-      runner: { email: perms.email, principals: runnerPrincipals },
-      viewer:
-        viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
-      roleScope: canonicalRoleScope(perms.roleScope),
-      ...embedParty(job),
-    });
+    return new JobAuthorization(
+      state,
+      {
+        workspace,
+        runner: { email: perms.email, principals: runnerPrincipals },
+        viewer:
+          viewer === null ? null : { email: viewer, principals: viewerPrincipals as Principals },
+        roleScope: canonicalRoleScope(perms.roleScope),
+        ...embedParty(job),
+      },
+      undefined,
+      confirmed,
+    );
   }
+}
+
+/** Whether the rules version of every data-table database of `state` is confirmed. */
+function allConfirmed(state: CatalogState, confirmed: ReadonlySet<string>): boolean {
+  for (const workspace of state.workspaces()) {
+    for (const { database } of state.datatables(workspace))
+      if (!confirmed.has(database)) return false;
+  }
+  return true;
 }
 
 function builtIn(
   state: CatalogState,
   job: Job,
   runnerParts?: Map<string, string>,
+  confirmed?: ReadonlySet<string>,
 ): JobAuthorization {
   const { workspace, perms } = job;
   const viewer = perms.endUserEmail;
@@ -99,6 +142,7 @@ function builtIn(
       ...embedParty(job),
     },
     runnerParts,
+    confirmed,
   );
 }
 

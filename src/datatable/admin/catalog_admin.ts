@@ -27,6 +27,7 @@ import {
 import type { PropagationWatch } from '../catalog/propagation_acks.js';
 import { LIST_DATATABLES, LIST_MEMBERS } from '../catalog/sql/catalog_reads.js';
 import * as sql from '../catalog/sql/catalog_writes.js';
+import { BUMP_RULES_VERSION } from '../catalog/sql/rules.js';
 import { PasswordDeriver, scramVerifier } from '../logins/passwords.js';
 import type { RoleSetProtocol } from '../logins/role_set_protocol.js';
 import { LOGIN_ATTRIBUTES, READ_ROLE_OID, TERMINATE_BACKENDS } from '../logins/sql/logins.js';
@@ -360,6 +361,19 @@ export class CatalogAdmin {
   ): Promise<CatalogChange> {
     checkWorkspace(workspace);
     return this.#change((client) => removeGoverningTable(client, workspace, datatable, table));
+  }
+
+  /**
+   * A fresh rules version for `datatable`: every entry whose run depended on it misses from the
+   * next run, in every process (`datatables.invalidateDatatable` waits for them).
+   */
+  async bumpRulesVersion(workspace: string, datatable: string): Promise<CatalogChange> {
+    checkWorkspace(workspace);
+    return this.#change(async (client) => {
+      const found = await client.query(sql.READ_DATATABLE, [workspace, datatable]);
+      if (found.rowCount === 0) throw new UnknownDatatableError(undefined, { datatable });
+      await client.query(BUMP_RULES_VERSION, [workspace, datatable]);
+    });
   }
 
   listGoverningTables(workspace: string): Promise<GoverningTableInfo[]> {

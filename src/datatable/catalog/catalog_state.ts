@@ -12,6 +12,7 @@ import { withTransaction } from '../../pg/transaction.js';
 import type { MembershipKind, Principals } from './directory.js';
 import { NO_PRINCIPALS } from './directory.js';
 import * as sql from './sql/catalog_reads.js';
+import { READ_RULES } from './sql/rules.js';
 
 /** One data-table role as the catalog knows it. */
 export interface CatalogRole {
@@ -59,6 +60,7 @@ export class CatalogState {
   readonly #roleByOid = new Map<number, CatalogRole>();
   readonly #roleByName = new Map<string, CatalogRole>();
   readonly #governing = new Map<string, GoverningStamps[]>();
+  readonly #rules = new Map<string, string>();
   readonly #principals = new Map<
     string,
     { groups: string[]; folders: string[]; isAdmin: boolean }
@@ -77,8 +79,10 @@ export class CatalogState {
     /** Random id of this catalog (migration 3), so fingerprints of two catalogs never meet. */
     readonly catalogId = '',
     governing: readonly GoverningRow[] = [],
+    rules: readonly RulesRow[] = [],
   ) {
     this.#indexGoverning(governing);
+    for (const row of rules) this.#rules.set(`${row.workspace}\0${row.datatable}`, row.version);
     for (const datatable of [...datatables].sort((a, b) => (a.name < b.name ? -1 : 1))) {
       this.#datatables.set(`${datatable.workspace}\0${datatable.name}`, datatable);
       const list = this.#datatablesByWorkspace.get(datatable.workspace) ?? [];
@@ -124,6 +128,14 @@ export class CatalogState {
 
   roleByName(workspace: string, name: string): CatalogRole | undefined {
     return this.#roleByName.get(`${workspace}\0${name}`);
+  }
+
+  /**
+   * The version of what roles may read in the data table's database (policies, grants, views,
+   * functions): '' until a change stamped it. Part of every grant (rules_watch.ts).
+   */
+  rulesVersion(workspace: string, datatable: string): string {
+    return this.#rules.get(`${workspace}\0${datatable}`) ?? '';
   }
 
   /** Governing tables of a data table, by relation id. */
@@ -200,6 +212,13 @@ export interface GoverningRow {
   readonly version: string | null;
 }
 
+/** A row of READ_RULES. */
+export interface RulesRow {
+  readonly workspace: string;
+  readonly datatable: string;
+  readonly version: string;
+}
+
 export function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
   return withPooledClient(pool, (client) =>
     // One snapshot for every read, so generation and contents agree.
@@ -233,6 +252,7 @@ export function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
           name: string;
         }>(sql.READ_MEMBERSHIPS);
         const governing = await client.query<GoverningRow>(sql.READ_GOVERNING);
+        const rules = await client.query<RulesRow>(READ_RULES);
         return new CatalogState(
           Number(generation.rows[0]?.value ?? 0),
           datatables.rows.map((row) => ({
@@ -245,6 +265,7 @@ export function loadCatalogState(pool: pg.Pool): Promise<CatalogState> {
           memberships.rows,
           generation.rows[0]?.catalog_id ?? '',
           governing.rows.map((row) => ({ ...row, relation: Number(row.relation) })),
+          rules.rows,
         );
       },
       { snapshot: true },

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { type Migration, runMigrations } from '../../pg/migration_runner.js';
+import { CREATE_RULES_TRIGGERS, createRulesChanged } from './sql/rules.js';
 
 /** Schema of the catalog tables, in the catalog database. */
 export const CATALOG_SCHEMA = 'viewer_cache';
@@ -163,6 +164,28 @@ const MIGRATIONS: readonly Migration[] = [
         primary key (workspace, path, hash)
       )`,
       'revoke all on viewer_cache.learned_set from public',
+    ],
+  },
+  {
+    version: 7,
+    name: 'rules versions',
+    statements: [
+      // What a role may read lives in Postgres too (policies, grants, views, functions): its
+      // version per data table is part of every grant, hence of the fingerprint (rules_watch.ts).
+      // `version` is a transaction id, never reused; `digest` is the last digest of the rules
+      // read where no event trigger reports changes (null under the trigger).
+      `create table viewer_cache.rules_version (
+        workspace text not null,
+        datatable text not null,
+        version text not null,
+        digest text,
+        primary key (workspace, datatable),
+        foreign key (workspace, datatable) references viewer_cache.datatable (workspace, name)
+          on delete cascade
+      )`,
+      createRulesChanged(CATALOG_CHANNEL),
+      'revoke all on function viewer_cache.rules_changed() from public',
+      CREATE_RULES_TRIGGERS,
     ],
   },
 ];

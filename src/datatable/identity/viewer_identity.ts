@@ -63,7 +63,12 @@ export class ViewerIdentities {
           const { rows } = await withTransaction(client, async () => {
             // Concurrent installs (several processes starting) would collide on CREATE OR REPLACE.
             await client.query("select pg_advisory_xact_lock(hashtext('viewer_cache.identity'))");
-            for (const statement of sql.INSTALL) await client.query(statement);
+            if (!(await installedAlready(client))) {
+              for (const statement of sql.INSTALL) await client.query(statement);
+              for (const statement of sql.RECORD_INSTALLED) await client.query(statement);
+              const { rows } = await client.query<{ state: string }>(sql.INSTALLED_STATE);
+              await client.query(sql.STORE_INSTALLED, [INSTALL_TEXT, rows[0]!.state]);
+            }
             // A random key of this database's own, unless another process stored one first.
             const key = randomBytes(64);
             await client.query(sql.STORE_KEY, [xorWith(key, 0x36), xorWith(key, 0x5c)]);
@@ -229,4 +234,20 @@ function xorWith(key: Buffer, pad: number): Buffer {
   const out = Buffer.allocUnsafe(key.length);
   for (let i = 0; i < key.length; i++) out[i] = key[i]! ^ pad;
   return out;
+}
+
+const INSTALL_TEXT = sql.INSTALL.join(';\n');
+
+/**
+ * Whether INSTALL ran here before, unchanged, and left everything as it made it: then running
+ * it again would change nothing but fire the database's rule-change trigger.
+ */
+async function installedAlready(client: pg.PoolClient): Promise<boolean> {
+  const found = await client.query<{ recorded: boolean }>(sql.INSTALL_RECORDED);
+  if (found.rows[0]?.recorded !== true) return false;
+  const row = (await client.query<{ install: string; state: string }>(sql.READ_INSTALLED)).rows[0];
+  if (row === undefined || row.install !== INSTALL_TEXT) return false;
+  const { state } = row;
+  const now = (await client.query<{ state: string }>(sql.INSTALLED_STATE)).rows[0]?.state;
+  return now === state;
 }

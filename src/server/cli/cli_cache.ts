@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import {
   InvalidationUnsupportedError,
   publishInvalidation,
@@ -8,6 +8,7 @@ import {
 import { readConfig } from '../process/config.js';
 import { openRedis } from '../process/connections.js';
 import { output, table, workspaceOf } from './cli_context.js';
+import { invalidateDatatable } from './cli_rules.js';
 
 /** `viewer-cache cache invalidate|stats`: the result cache, through Redis or a running server. */
 export function addCacheCommands(program: Command): void {
@@ -15,11 +16,21 @@ export function addCacheCommands(program: Command): void {
   cache
     .command('invalidate')
     .description(
-      'drop the cached results of the workspace (-w), or of one runnable with --path, in every server sharing REDIS_URL',
+      'drop the cached results of the workspace (-w), or of one runnable with --path, in every server sharing REDIS_URL; or, with --datatable, every entry that depended on a data table',
     )
     .option('--path <path>', "one runnable's path (default: the whole workspace)")
-    .action(async (options: { path?: string }) => {
+    .option(
+      '--datatable <name>',
+      'every entry whose run depended on this data table, in every process on the catalog (a rule change the library cannot see)',
+    )
+    .action(async (options: { path?: string; datatable?: string }) => {
       const workspace = workspaceOf(program);
+      if (options.datatable !== undefined) {
+        if (options.path !== undefined)
+          throw new InvalidArgumentError('give --path or --datatable, not both');
+        await invalidateDatatable(program, workspace, options.datatable);
+        return;
+      }
       const { prefix, receivers } = await invalidateCache(workspace, options.path);
       const what =
         options.path === undefined

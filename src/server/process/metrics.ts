@@ -138,7 +138,23 @@ export function createMetrics(
       help: 'Queue workers whose heartbeat is fresh (queue mode); NaN when the queue did not answer',
       registers: [registry],
       async collect() {
-        this.set(await withinScrape(liveWorkers()));
+        this.set((await withinScrape(liveWorkers())) ?? Number.NaN);
+      },
+    });
+  }
+
+  const { queueDepth } = fleet;
+  if (queueDepth !== undefined) {
+    new Gauge({
+      name: 'viewer_cache_queue_jobs',
+      help: 'Queue mode: jobs in the queue by state (waiting, active, delayed); NaN when the queue did not answer',
+      labelNames: ['state'] as const,
+      registers: [registry],
+      async collect() {
+        const counts = await withinScrape(queueDepth());
+        for (const state of ['waiting', 'active', 'delayed'] as const) {
+          this.set({ state }, counts === null ? Number.NaN : counts[state]);
+        }
       },
     });
   }
@@ -214,15 +230,17 @@ export function createMetrics(
 export interface MetricsFleet {
   /** Queue mode: workers whose heartbeat is fresh. */
   liveWorkers?: () => Promise<number>;
+  /** Queue mode: the queue's jobs by state. */
+  queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
 }
 
-/** A scrape must answer even while Redis does not: NaN after 500 ms, or on failure. */
-function withinScrape(value: Promise<number>): Promise<number> {
+/** A scrape must answer even while Redis does not: `NaN` (or null) after 500 ms or on failure. */
+function withinScrape<T extends number | object | null>(value: Promise<T>): Promise<T | null> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<number>((resolve) => {
-    timer = setTimeout(() => resolve(Number.NaN), 500);
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), 500);
   });
-  return Promise.race([value.catch(() => Number.NaN), late]).finally(() => clearTimeout(timer));
+  return Promise.race([value.catch(() => null), late]).finally(() => clearTimeout(timer));
 }
 
 /** From 100 µs (a hit) to 30 s (a long run). */

@@ -38,6 +38,8 @@ export interface Execution {
   };
   /** With the queue: the workers heard from recently. */
   readonly liveWorkers?: () => Promise<number>;
+  /** With the queue: its jobs by state. */
+  readonly queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
   /** With agents: how jobs reach them and who they are. */
   readonly agents?: { readonly dispatch: AgentDispatch; readonly tokens: AgentTokens };
 }
@@ -126,6 +128,7 @@ export async function queueExecution(
     executor: childrenInProcess({ jobs: queue, remote: queue, local }),
     jobTokens: { verify: async (token) => jobTokens.verify(token) ?? (await shared.verify(token)) },
     liveWorkers: () => queue.liveWorkers(),
+    queueDepth: () => queue.jobCounts(),
     agents: { dispatch, tokens },
   };
 }

@@ -66,7 +66,10 @@ export async function startServer(
   const { releases, stillStarting } = assembly;
   const close = () => assembly.release();
   try {
-    const { executor, jobTokens, liveWorkers, agents } = await openExecution(config, assembly);
+    const { executor, jobTokens, liveWorkers, queueDepth, agents } = await openExecution(
+      config,
+      assembly,
+    );
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
     const cache = withResultCache(executor, assembly.cacheOptions);
     const apiTokens = new ApiTokens(pool, { logger });
@@ -123,7 +126,10 @@ export async function startServer(
       perRecipient,
     );
     releases.push(async () => scheduler.stop());
-    const metrics = createMetrics(cache, datatables, liveWorkers ? { liveWorkers } : {});
+    const metrics = createMetrics(cache, datatables, {
+      ...(liveWorkers ? { liveWorkers } : {}),
+      ...(queueDepth ? { queueDepth } : {}),
+    });
     let accessRecord: AccessRecord | undefined;
     if (config.accessRecord) {
       accessRecord = new AccessRecord(pool, secretKey, {

@@ -114,6 +114,22 @@ export async function startWorker(
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [metrics.registry],
     });
+    const waited = new Histogram({
+      name: 'viewer_cache_queue_wait_seconds',
+      help: 'Time a job waited in the queue before a worker took it',
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [metrics.registry],
+    });
+    const retries = new Counter({
+      name: 'viewer_cache_worker_retries_total',
+      help: 'Jobs this worker ran a second time (their first worker was lost)',
+      registers: [metrics.registry],
+    });
+    const stalls = new Counter({
+      name: 'viewer_cache_worker_stalls_total',
+      help: 'Jobs this worker found stalled (their worker lost) and handed back',
+      registers: [metrics.registry],
+    });
     const worker = createQueueWorker({
       executor: cache,
       redis: queueRedis,
@@ -122,10 +138,13 @@ export async function startWorker(
       concurrency: options.concurrency,
       ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
       logger,
-      onFinished: ({ code, ms }) => {
+      onFinished: ({ code, ms, waitedMs, retried }) => {
         jobs.inc({ code });
         seconds.observe({ code }, ms / 1000);
+        waited.observe(waitedMs / 1000);
+        if (retried) retries.inc();
       },
+      onStalled: () => stalls.inc(),
     });
     // First out on close: stop taking jobs and finish the running ones before the rest goes.
     releases.push(() => worker.close());

@@ -184,6 +184,46 @@ export const INSTALL = [
   'grant execute on function viewer_cache.viewer_attribute(text) to public',
 ];
 
+/**
+ * What INSTALL leaves behind, as one text: the functions (body, owner rights, settings, grants),
+ * the schema's and the sequence's and key table's grants, and the absence of what it drops.
+ * Equal to the text recorded after the last install (and INSTALL unchanged), INSTALL is skipped:
+ * its CREATE OR REPLACE and GRANTs, however idempotent, are rule changes to the database's
+ * event trigger (every process starting would make every entry of its data tables miss).
+ */
+export const INSTALLED_STATE = `
+  select concat_ws('|',
+    (select string_agg(concat_ws(':', p.proname, p.prosecdef, p.proconfig::text,
+                                 p.proacl::text, md5(p.prosrc)), ',' order by p.proname)
+       from pg_catalog.pg_proc p
+      where p.pronamespace = pg_catalog.to_regnamespace('viewer_cache')),
+    (select n.nspacl::text from pg_catalog.pg_namespace n where n.nspname = 'viewer_cache'),
+    (select coalesce(c.relacl::text, '') from pg_catalog.pg_class c
+      where c.oid = pg_catalog.to_regclass('viewer_cache.lease_seq')),
+    (select coalesce(c.relacl::text, '') from pg_catalog.pg_class c
+      where c.oid = pg_catalog.to_regclass('viewer_cache.binding_key')),
+    pg_catalog.to_regclass('viewer_cache.lease_identity')::text) as state`;
+
+/** Whether an install was recorded here (the table exists). */
+export const INSTALL_RECORDED =
+  "select pg_catalog.to_regclass('viewer_cache.identity_install') is not null as recorded";
+
+/** The install text and state recorded by the last install. */
+export const READ_INSTALLED = 'select install, state from viewer_cache.identity_install';
+
+export const RECORD_INSTALLED = [
+  `create table if not exists viewer_cache.identity_install (
+     singleton boolean primary key default true check (singleton),
+     install text not null,
+     state text not null
+   )`,
+  'revoke all on viewer_cache.identity_install from public',
+];
+
+export const STORE_INSTALLED = `
+  insert into viewer_cache.identity_install (install, state) values ($1, $2)
+  on conflict (singleton) do update set install = excluded.install, state = excluded.state`;
+
 /** Stores a new binding key unless the database has one (`$1` inner pad, `$2` outer pad). */
 export const STORE_KEY = `
   insert into viewer_cache.binding_key (inner_pad, outer_pad) values ($1, $2)
