@@ -173,12 +173,12 @@ export default {
     {
       name: 'agent-process-loads-only-the-protocol',
       comment:
-        "The process on an agent's machine loads of the server only the wire protocol (agents/agent_protocol.ts): never the routes, the dispatch or the credentials.",
+        "The process on an agent's machine loads of the server only the wire protocol (agents/agent_protocol.ts) and the one back-off rule (process/poll_backoff.ts, no imports): never the routes, the dispatch or the credentials.",
       severity: 'error',
       from: { path: '^src/server/agents/(agent_worker|proxy_client)\\.ts$' },
       to: {
         path: '^src/server/',
-        pathNot: '^src/server/agents/(agent_protocol|proxy_client)\\.ts$',
+        pathNot: '^src/server/(agents/(agent_protocol|proxy_client)|process/poll_backoff)\\.ts$',
       },
     },
     {

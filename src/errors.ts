@@ -439,11 +439,11 @@ export const AgentProtocolError = defineError(
   426,
 );
 export type AgentProtocolError = InstanceType<typeof AgentProtocolError>;
-/** Proxied SQL was refused before it ran: several statements, a role change, or unreadable text. */
+/** Proxied SQL was refused before it ran: not one statement of the kinds the query proxy runs. */
 export const StatementRefusedError = defineError(
   'E_STATEMENT_REFUSED',
   'StatementRefusedError',
-  'the query proxy runs exactly one statement, and never SET ROLE, RESET ROLE or SESSION AUTHORIZATION',
+  'the query proxy runs exactly one SELECT, INSERT, UPDATE, DELETE, MERGE, SHOW or EXPLAIN statement, and never a role change (SET, RESET, set_config, DO, EXECUTE: see docs/agents.md)',
   400,
 );
 export type StatementRefusedError = InstanceType<typeof StatementRefusedError>;
@@ -513,6 +513,29 @@ export const QueueWorkerLostError = defineError(
   503,
 );
 export type QueueWorkerLostError = InstanceType<typeof QueueWorkerLostError>;
+/**
+ * A miss that no worker or agent could take: none of the job's workspace and group was connected
+ * (within the short wait for one to come back). Fails fast instead of waiting out the job's
+ * timeout, and says it is the fleet, not the runnable.
+ */
+export const NoWorkersError = defineError(
+  'E_NO_WORKERS',
+  'NoWorkersError',
+  'no worker or agent of this workspace and group is connected: start one (or check that they reach this server)',
+  503,
+);
+export type NoWorkersError = InstanceType<typeof NoWorkersError>;
+/**
+ * A queue worker asked to start a child run over HTTP (a runnable using its job token) without
+ * the servers' address: the operator's missing setting, never the caller's bad request.
+ */
+export const WorkerMisconfiguredError = defineError(
+  'E_WORKER_MISCONFIGURED',
+  'WorkerMisconfiguredError',
+  "this worker cannot start child runs over HTTP: its operator has not set VIEWER_CACHE_SERVER_URL (the servers' address)",
+  503,
+);
+export type WorkerMisconfiguredError = InstanceType<typeof WorkerMisconfiguredError>;
 /** A worker's answer did not open under this run's key (forged, or another job's result). */
 export const QueueResultInvalidError = defineError(
   'E_QUEUE_RESULT_INVALID',
@@ -605,6 +628,8 @@ export const errors = {
   E_QUEUE_TIMEOUT: QueueTimeoutError,
   E_QUEUE_JOB_REFUSED: QueueJobRefusedError,
   E_QUEUE_WORKER_LOST: QueueWorkerLostError,
+  E_NO_WORKERS: NoWorkersError,
+  E_WORKER_MISCONFIGURED: WorkerMisconfiguredError,
   E_QUEUE_RESULT_INVALID: QueueResultInvalidError,
   E_APPS_MODULE_NOT_FOUND: AppsModuleNotFoundError,
   E_APPS_MODULE_LOAD_FAILED: AppsModuleLoadFailedError,

@@ -95,6 +95,7 @@ export {
   NoRolesError,
   NoViewerAttributeError,
   NoViewerError,
+  NoWorkersError,
   PoolerUnsafeError,
   PythonUnavailableError,
   QueryFailedError,
@@ -118,6 +119,7 @@ export {
   UnknownRoleError,
   UnknownRunnableError,
   ViewerCacheError,
+  WorkerMisconfiguredError,
 } from './errors.js';
 export type {
   BypassReason,

@@ -26,7 +26,8 @@ import {
   StatementRefusedError,
 } from '../errors.js';
 import type { Job } from '../job.js';
-import { checkSingleStatement } from './single_statement.js';
+import { statementVerdict } from './statement_allowlist.js';
+import { syntaxErrorOf } from './syntax_error.js';
 
 /**
  * The version of the agent protocol this library speaks. A caller that sends none, or another,
@@ -116,7 +117,10 @@ const CANCEL_GRACE_MS = 1000;
  *
  * @throws {AgentProtocolError} no or another protocol version.
  * @throws {JobTokenInvalidError} no running job holds the token.
- * @throws {StatementRefusedError} several statements, a role change, or unreadable text.
+ * @throws {StatementRefusedError} anything but one statement of the kinds the proxy runs
+ *   (statement_allowlist.ts): several statements, a role change, another kind.
+ * @throws a pg `DatabaseError` with SQLSTATE 42601 for text Postgres's grammar cannot read, as
+ *   Postgres itself would answer it, before any connection.
  * @throws {ResultTooLargeError} more rows or bytes than the limits (a copy: than its bound, or
  *   the copy maximum).
  * @throws {QueryTimeoutError} the statement ran past the time limit.
@@ -134,9 +138,12 @@ export async function runProxiedQuery(
   // malformed request costs no lookup, and a refusal says nothing about whether a token lives.
   const ref = referenceOf(query.reference);
   if (typeof query.sql !== 'string') throw new StatementRefusedError('sql must be a string');
-  const refusal = checkSingleStatement(query.sql);
-  if (refusal !== null) {
-    throw new StatementRefusedError(`${StatementRefusedError.defaultMessage} (${refusal})`);
+  const verdict = await statementVerdict(query.sql);
+  if (verdict !== null) {
+    if ('syntaxError' in verdict) throw syntaxErrorOf(verdict);
+    throw new StatementRefusedError(
+      `${StatementRefusedError.defaultMessage} (${verdict.refusal}: ${verdict.node})`,
+    );
   }
   const params = query.params ?? [];
   if (!Array.isArray(params)) throw new StatementRefusedError('params must be an array');
@@ -156,9 +163,12 @@ export async function runProxiedQuery(
     // Behind another proxy (an agent's connector) each statement is a lease of its own there,
     // bounded by that proxy: a setting sent here would be reset before the statement ran.
     if (deps.connector.proxied !== true) {
-      await lease.query("select pg_catalog.set_config('statement_timeout', $1, false)", [
-        String(limits.timeoutMs),
-      ]);
+      // standard_conforming_strings as the allowlist's parser read the text (a database could
+      // default it off, and `'\''` would then end elsewhere).
+      await lease.query(
+        "select pg_catalog.set_config('statement_timeout', $1, false), pg_catalog.set_config('standard_conforming_strings', 'on', false)",
+        [String(limits.timeoutMs)],
+      );
     }
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {

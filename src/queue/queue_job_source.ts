@@ -73,8 +73,14 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
   // BullMQ's worker blocks for one caller at a time (a second concurrent read does not block):
   // reads are chained, so concurrent takes wait their turn instead of spinning.
   let turn: Promise<unknown> = Promise.resolve();
-  const fetch = (token: string): Promise<BullJob<unknown, string> | undefined> => {
-    const read = turn.then(() => (closing ? undefined : worker.getNextJob(token, { block: true })));
+  const fetch = (
+    token: string,
+    signal: AbortSignal | undefined,
+  ): Promise<BullJob<unknown, string> | undefined> => {
+    // A take whose caller is gone by its turn does not start a blocking read.
+    const read = turn.then(() =>
+      closing || signal?.aborted === true ? undefined : worker.getNextJob(token, { block: true }),
+    );
     turn = read.catch(() => {});
     return read;
   };
@@ -115,7 +121,7 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
       const until = Date.now() + waitMs;
       do {
         const token = `${id}:${++taken}`;
-        const bull = await fetch(token);
+        const bull = await fetch(token, signal);
         if (bull === undefined) continue;
         // Lost more often than allowed (BullMQ defers that failure to the next taker): failed,
         // and the waiting server answers E_QUEUE_WORKER_LOST.

@@ -4,9 +4,11 @@ import {
   type Job,
   type JobExecutor,
   type JobResult,
+  NoWorkersError,
 } from '../../index.js';
 import type { AgentIdentity } from '../credentials/agent_tokens.js';
 import type { JobTokens } from '../credentials/tokens.js';
+import { AgentPresence } from './agent_presence.js';
 import { type AgentOutcome, failureOf, type TakenJob } from './agent_protocol.js';
 
 /**
@@ -29,16 +31,29 @@ export interface AgentDispatch {
   beat(agent: AgentIdentity, jobId: string): boolean;
   /** The job `token` stands for, if it is running and `agent` holds it; else null. */
   jobOfToken(agent: AgentIdentity, token: string): Job | null;
+  /** Which agents are connected, per workspace and group (`/readyz`). */
+  readonly presence: AgentPresence;
+  /**
+   * The server is stopping: every open take answers "no job" now and later ones at once, so
+   * closing the HTTP server does not wait out agents' long-polls.
+   */
+  endTakes(): void;
   /** Fails every job waiting or held (the server is stopping). */
   close(): void;
 }
+
+/**
+ * How long a miss waits for an agent of its group to connect when none is (a server just
+ * restarted: its agents come back within their back-off) before it fails E_NO_WORKERS.
+ */
+export const NO_AGENT_WAIT_MS = 5_000;
 
 interface Pending {
   readonly job: Job;
   readonly resolve: (value: unknown) => void;
   readonly reject: (err: Error) => void;
   timer: NodeJS.Timeout;
-  holder: string | null;
+  holder: AgentIdentity | null;
 }
 
 interface Waiter {
@@ -54,18 +69,44 @@ interface Waiter {
  * handed to a second agent: it is the agent's to finish or to time out.
  */
 export class InProcessAgentDispatch implements AgentDispatch {
+  readonly presence = new AgentPresence();
   readonly #jobTokens: JobTokens;
   readonly #timeoutMs: number;
+  readonly #noAgentWaitMs: number;
+  /** Until then a miss waits for an agent at least that long (the server just started). */
+  readonly #graceUntil: number;
+  #ending = false;
   readonly #queued = new Map<string, Pending[]>();
   readonly #waiting = new Map<string, Waiter[]>();
   readonly #held = new Map<string, Pending>();
 
-  constructor(jobTokens: JobTokens, options: { timeoutMs: number }) {
+  constructor(
+    jobTokens: JobTokens,
+    options: {
+      timeoutMs: number;
+      /** @default {@link NO_AGENT_WAIT_MS} */
+      noAgentWaitMs?: number;
+      /**
+       * For this long after the dispatch is made, a miss waits for an agent until then at least
+       * (they start beside the server, or reconnect after its restart). @default 0
+       */
+      startGraceMs?: number;
+    },
+  ) {
     this.#jobTokens = jobTokens;
     this.#timeoutMs = options.timeoutMs;
+    this.#noAgentWaitMs = options.noAgentWaitMs ?? NO_AGENT_WAIT_MS;
+    this.#graceUntil = Date.now() + (options.startGraceMs ?? 0);
   }
 
-  run(job: Job, group: string): Promise<unknown> {
+  async run(job: Job, group: string): Promise<unknown> {
+    // No agent to take it: say so now, not after the job's timeout (which blames the runnable).
+    const waitMs = Math.max(this.#noAgentWaitMs, this.#graceUntil - Date.now());
+    if (!(await this.presence.whenConnected(job.workspace, group, waitMs))) {
+      throw new NoWorkersError(
+        `no agent of group ${group} is connected to this server: start one (worker --agent) with a token of that group`,
+      );
+    }
     return new Promise((resolve, reject) => {
       const pending: Pending = {
         job,
@@ -92,13 +133,21 @@ export class InProcessAgentDispatch implements AgentDispatch {
 
   take(agent: AgentIdentity, waitMs: number, signal: AbortSignal): Promise<TakenJob | null> {
     const key = keyOf(agent.workspace, agent.group);
+    const closeTake = this.presence.taking(agent);
     const next = this.#queued.get(key)?.shift();
-    if (next !== undefined) return Promise.resolve(this.#hold(next, agent));
-    if (waitMs <= 0 || signal.aborted) return Promise.resolve(null);
+    if (next !== undefined) {
+      closeTake();
+      return Promise.resolve(this.#hold(next, agent));
+    }
+    if (waitMs <= 0 || signal.aborted || this.#ending) {
+      closeTake();
+      return Promise.resolve(null);
+    }
     return new Promise((resolve) => {
       const waiters = this.#waiting.get(key) ?? [];
       this.#waiting.set(key, waiters);
       const leave = () => {
+        closeTake();
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         const at = waiters.indexOf(waiter);
@@ -119,8 +168,9 @@ export class InProcessAgentDispatch implements AgentDispatch {
   }
 
   finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean {
+    this.presence.seen(agent);
     const pending = this.#held.get(jobId);
-    if (pending === undefined || pending.holder !== agent.id) return false;
+    if (pending === undefined || pending.holder?.id !== agent.id) return false;
     if (pending.job.workspace !== agent.workspace) return false;
     this.#drop(pending, agent.group);
     if (outcome.ok) pending.resolve(outcome.value);
@@ -130,8 +180,9 @@ export class InProcessAgentDispatch implements AgentDispatch {
 
   beat(agent: AgentIdentity, jobId: string): boolean {
     // In process the bound runs from submission: a beat changes nothing but says if it is held.
+    this.presence.seen(agent);
     const pending = this.#held.get(jobId);
-    return pending !== undefined && pending.holder === agent.id;
+    return pending !== undefined && pending.holder?.id === agent.id;
   }
 
   jobOfToken(agent: AgentIdentity, token: string): Job | null {
@@ -140,11 +191,18 @@ export class InProcessAgentDispatch implements AgentDispatch {
     const pending = this.#held.get(job.id);
     // Only the agent that holds the job, in the job's workspace: a token that leaked to another
     // agent (or was sent to the proxy by a job of another workspace) answers nothing.
-    if (pending === undefined || pending.holder !== agent.id || pending.job !== job) return null;
+    if (pending === undefined || pending.holder?.id !== agent.id || pending.job !== job)
+      return null;
     return job.workspace === agent.workspace ? job : null;
   }
 
+  endTakes(): void {
+    this.#ending = true;
+    for (const waiters of this.#waiting.values()) for (const w of [...waiters]) w.hand(null);
+  }
+
   close(): void {
+    this.endTakes();
     const all = [...this.#held.values(), ...[...this.#queued.values()].flat()];
     for (const waiters of this.#waiting.values()) for (const w of [...waiters]) w.hand(null);
     for (const pending of all) {
@@ -156,7 +214,8 @@ export class InProcessAgentDispatch implements AgentDispatch {
   }
 
   #hold(pending: Pending, agent: AgentIdentity): TakenJob {
-    pending.holder = agent.id;
+    pending.holder = agent;
+    this.presence.holds(agent, 1);
     this.#held.set(pending.job.id, pending);
     return { job: pending.job, jobToken: this.#jobTokens.issue(pending.job) };
   }
@@ -166,6 +225,7 @@ export class InProcessAgentDispatch implements AgentDispatch {
     clearTimeout(pending.timer);
     if (this.#held.get(pending.job.id) === pending) {
       this.#held.delete(pending.job.id);
+      if (pending.holder !== null) this.presence.holds(pending.holder, -1);
       this.#jobTokens.revoke(pending.job);
     }
     for (const [key, queue] of this.#queued) {

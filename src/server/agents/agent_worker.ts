@@ -10,6 +10,7 @@ import {
   type RunnableDefinition,
   ViewerCacheError,
 } from '../../index.js';
+import { PollBackoff } from '../process/poll_backoff.js';
 import { AGENT_PROTOCOL_HEADER } from './agent_protocol.js';
 import { createProxyConnector } from './proxy_client.js';
 
@@ -22,6 +23,13 @@ export interface AgentWorkerOptions {
   readonly concurrency?: number;
   /** How long one take waits for a job (ms). @default 20000 */
   readonly waitMs?: number;
+  /**
+   * The first pause before taking again after the server did not answer (ms); doubled per
+   * failure in a row up to `reconnectMaxMs`. @default 500
+   */
+  readonly reconnectMs?: number;
+  /** The longest pause between two tries to reach the server (ms). @default 5000 */
+  readonly reconnectMaxMs?: number;
   readonly logger: Logger;
   /**
    * How Python runnables start here (`python3` on PATH by default). Their statements go to
@@ -89,6 +97,41 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
   };
   const stopping = new AbortController();
   let fatal: Error | null = null;
+  // The server is gone (restarting, deployed, cut off): every slot waits on one shared pause,
+  // so an outage logs one warning per back-off step whatever the concurrency, and the agent
+  // tries again for ever. The pause's timer is not unref'd: it is what keeps the process alive
+  // while nothing else is (an unref'd one let the event loop empty and the agent exit).
+  const backoff = new PollBackoff(options.reconnectMs ?? 500, options.reconnectMaxMs ?? 5000);
+  let pause: Promise<void> | null = null;
+  const waitToRetry = (err: unknown): Promise<void> => {
+    if (pause !== null) return pause;
+    backoff.failed();
+    const delayMs = backoff.delayMs;
+    logger.warn(
+      {
+        code:
+          (err as { code?: unknown }).code ?? (err as { cause?: { code?: unknown } }).cause?.code,
+        failures: backoff.failures,
+        retryInMs: delayMs,
+      },
+      'agent could not reach the server: retrying',
+    );
+    pause = new Promise<void>((resolve) => {
+      const timer = setTimeout(done, delayMs);
+      function done() {
+        clearTimeout(timer);
+        stopping.signal.removeEventListener('abort', done);
+        pause = null;
+        resolve();
+      }
+      stopping.signal.addEventListener('abort', done, { once: true });
+    });
+    return pause;
+  };
+  const reached = () => {
+    const failures = backoff.answered();
+    if (failures > 0) logger.info({ failures }, 'agent reached the server again');
+  };
 
   const take = async (): Promise<{ job: Job; jobToken: string; beatMs?: number } | null> => {
     const response = await fetch(new URL('/api/agent/jobs/take', serverUrl), {
@@ -97,7 +140,18 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       body: JSON.stringify({ waitMs }),
       signal: stopping.signal,
     });
-    if (response.status === 204) return null;
+    if (response.status === 204) {
+      reached();
+      return null;
+    }
+    // A server starting or stopping (a proxy in front answering 502/503): not an answer yet.
+    if (response.status >= 500) {
+      await response.body?.cancel();
+      throw new ViewerCacheError(`take answered ${response.status}`, {
+        code: 'E_AGENT_UNREACHABLE',
+        status: response.status,
+      });
+    }
     const body = (await response.json()) as {
       job?: Job;
       jobToken?: string;
@@ -116,6 +170,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       }
       throw err;
     }
+    reached();
     const beatMs = body.beatMs;
     return {
       job: body.job,
@@ -194,9 +249,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
         taken = await take();
       } catch (err) {
         if (stopping.signal.aborted) break;
-        logger.warn({ code: (err as { code?: unknown }).code }, 'agent could not take a job');
-        // The server is down or restarting: try again shortly, not in a tight loop.
-        await new Promise((resolve) => setTimeout(resolve, 1000).unref());
+        await waitToRetry(err);
         continue;
       }
       if (taken !== null) await runOne(taken.job, taken.jobToken, taken.beatMs);

@@ -11,6 +11,7 @@ import {
 import type { AgentIdentity } from '../credentials/agent_tokens.js';
 import type { JobTokens } from '../credentials/tokens.js';
 import { type AgentDispatch, agentResult } from './agent_dispatch.js';
+import { AgentPresence } from './agent_presence.js';
 import { type AgentOutcome, failureOf, type TakenJob } from './agent_protocol.js';
 
 interface Holding {
@@ -48,6 +49,9 @@ export interface QueueAgentDispatchOptions {
  * once, from the same record (same viewer), or fails E_QUEUE_WORKER_LOST.
  */
 export class QueueAgentDispatch implements AgentDispatch {
+  readonly presence = new AgentPresence();
+  /** Aborted when the server stops: every take waiting on the queue answers at once. */
+  readonly #ending = new AbortController();
   readonly #source: QueueJobSource;
   readonly #cached: JobExecutor;
   readonly #jobTokens: JobTokens;
@@ -75,22 +79,34 @@ export class QueueAgentDispatch implements AgentDispatch {
     return Promise.reject(new ExecutorFailedError('jobs reach agents through the queue'));
   }
 
-  async take(agent: AgentIdentity, waitMs: number, signal: AbortSignal): Promise<TakenJob | null> {
+  async take(agent: AgentIdentity, waitMs: number, hangUp: AbortSignal): Promise<TakenJob | null> {
     const until = Date.now() + waitMs;
-    do {
-      const held = await this.#source.next(
-        agent.workspace,
-        Math.max(0, until - Date.now()),
-        signal,
-      );
-      if (held === null) return null;
-      const taken = await this.#hand(held, agent, signal);
-      if (taken !== null) return taken;
-    } while (!signal.aborted && Date.now() < until);
-    return null;
+    const signal = AbortSignal.any([hangUp, this.#ending.signal]);
+    const closeTake = this.presence.taking(agent);
+    try {
+      do {
+        if (signal.aborted) return null;
+        const held = await this.#source.next(
+          agent.workspace,
+          Math.max(0, until - Date.now()),
+          signal,
+        );
+        if (held === null) return null;
+        const taken = await this.#hand(held, agent, signal);
+        if (taken !== null) return taken;
+      } while (!signal.aborted && Date.now() < until);
+      return null;
+    } finally {
+      closeTake();
+    }
+  }
+
+  endTakes(): void {
+    this.#ending.abort();
   }
 
   beat(agent: AgentIdentity, jobId: string): boolean {
+    this.presence.seen(agent);
     const holding = this.#holding.get(jobId);
     if (holding === undefined || holding.agent.id !== agent.id) return false;
     this.#listen(holding);
@@ -101,6 +117,7 @@ export class QueueAgentDispatch implements AgentDispatch {
   }
 
   finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean {
+    this.presence.seen(agent);
     const holding = this.#holding.get(jobId);
     if (holding === undefined || holding.agent.id !== agent.id) return false;
     if (holding.job.workspace !== agent.workspace) return false;
@@ -119,6 +136,7 @@ export class QueueAgentDispatch implements AgentDispatch {
   }
 
   close(): void {
+    this.endTakes();
     // Not failed: the lock lapses and the job runs again once, on another server's agent or a
     // worker (the waiting server may be another one, still up).
     for (const holding of [...this.#holding.values()]) this.#lose(holding);
@@ -154,6 +172,7 @@ export class QueueAgentDispatch implements AgentDispatch {
             silence: undefined,
           };
           this.#holding.set(handed.id, holding);
+          this.presence.holds(agent, 1);
           this.#listen(holding);
           resolve({
             job: handed,
@@ -194,6 +213,7 @@ export class QueueAgentDispatch implements AgentDispatch {
     clearTimeout(holding.silence);
     if (this.#holding.get(holding.job.id) === holding) {
       this.#holding.delete(holding.job.id);
+      this.presence.holds(holding.agent, -1);
       this.#jobTokens.revoke(holding.job);
     }
   }

@@ -42,6 +42,7 @@ import {
   runBody,
   workspaceParams,
 } from './http_schemas.js';
+import { type Check, createReadiness } from './readiness.js';
 import { requestIdOf } from './request_id.js';
 import { logRunFailure, type RunContext } from './run_failure_log.js';
 
@@ -67,6 +68,11 @@ export interface HttpDeps {
   };
   /** With jobs on workers: workers whose heartbeat is fresh, reported by `/readyz`. */
   liveWorkers?: () => Promise<number>;
+  /**
+   * With jobs on agents (`--execution agent`): the group whose agents take this server's misses;
+   * `/readyz` is not ready while none of it is connected.
+   */
+  agentGroup?: string;
   /** Verifies per-viewer embed links; absent: the embed route refuses every link. */
   embedVerifier?: EmbedVerifier;
   /** Records each run (who was shown what, when); absent: nothing recorded. */
@@ -458,28 +464,44 @@ export function buildHttpApp(deps: HttpDeps) {
   }));
 
   app.get('/healthz', { config: live }, async () => ({ ok: true }));
+  // Each dependency asked at once and answered within a bound (readiness.ts): a hung
+  // PostgreSQL or Redis is `timeout`, never a hung probe.
+  let workers: number | undefined;
+  const checks: Record<string, Check> = {
+    postgres: () => deps.datatables.ping().then(() => 'ok'),
+  };
+  if (deps.storeState) checks['redis'] = deps.storeState;
+  if (deps.liveWorkers) {
+    const liveWorkers = deps.liveWorkers;
+    // Jobs on workers: misses wait for one, so none alive is not ready.
+    checks['workers'] = async () => {
+      workers = 0; // until this round's count arrives (a timeout reports none)
+      workers = await liveWorkers();
+      return workers > 0 ? 'ok' : 'none';
+    };
+  }
+  const group = deps.agentGroup;
+  const presence = deps.agents?.dispatch.presence;
+  if (presence !== undefined && group !== undefined) {
+    // Jobs on agents of the server's group: none connected is not ready.
+    checks['agents'] = async () =>
+      Object.entries(presence.groups()).some(([key, n]) => key.endsWith(`/${group}`) && n > 0)
+        ? 'ok'
+        : 'none';
+  }
+  const readiness = createReadiness(checks);
   app.get('/readyz', { config: live }, async (_request, reply) => {
-    const checks: Record<string, string> = {};
-    await deps.datatables.ping().then(
-      () => (checks['postgres'] = 'ok'),
-      () => (checks['postgres'] = 'down'),
-    );
-    if (deps.storeState) checks['redis'] = await deps.storeState().catch(() => 'down');
-    let workers: number | undefined;
-    if (deps.liveWorkers) {
-      // Jobs on workers: misses wait for one, so none alive is not ready.
-      workers = await deps.liveWorkers().catch(() => 0);
-      checks['workers'] = workers > 0 ? 'ok' : 'none';
-    }
-    const ok = Object.values(checks).every((value) => value === 'ok');
+    const { status, checks: states } = await readiness();
     // Reported, not required: an unconfirmed bus costs a round trip per lookup, never a stale
     // entry, and the runs are still cached.
     const bus = deps.busState?.();
-    return reply.status(ok ? 200 : 503).send({
-      ok,
-      checks,
+    const agents = presence?.groups();
+    return reply.status(status).send({
+      ok: status === 200,
+      checks: states,
       ...(bus === undefined ? {} : { invalidations: bus }),
       ...(workers === undefined ? {} : { workers }),
+      ...(agents === undefined ? {} : { agents }),
     });
   });
 

@@ -147,6 +147,11 @@ export function registerAgentRoutes(
     agents.set(request, agent);
   };
   const agentOf = (request: FastifyRequest) => agents.get(request)!;
+  // Closing waits for requests in flight: open long-polls answer "no job" now, not at their end.
+  app.addHook('preClose', (done) => {
+    dispatch.endTakes();
+    done();
+  });
 
   app.post<{ Body: { waitMs?: number } }>(
     '/api/agent/jobs/take',

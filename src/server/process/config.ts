@@ -90,6 +90,12 @@ export interface ServerConfig {
    * queue once, or fails E_QUEUE_WORKER_LOST. @default 30000
    */
   readonly agentLockMs: number;
+  /**
+   * With `--execution agent`: for this long after the server starts, a miss with no agent of
+   * its group connected waits for one (agents start beside the server, or come back after its
+   * restart); after it, 5 s, then E_NO_WORKERS (VIEWER_CACHE_AGENT_START_GRACE_MS). @default 60000
+   */
+  readonly agentStartGraceMs: number;
   /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
   readonly queuePrefix: string;
   /** The server's URL as workers reach it (their runnables' job-token child runs). */
@@ -223,6 +229,12 @@ function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
       env['VIEWER_CACHE_WORKER_LOCK_MS'] || '30000',
       'VIEWER_CACHE_WORKER_LOCK_MS',
       1000,
+      3_600_000,
+    ),
+    agentStartGraceMs: integer(
+      env['VIEWER_CACHE_AGENT_START_GRACE_MS'] || '60000',
+      'VIEWER_CACHE_AGENT_START_GRACE_MS',
+      0,
       3_600_000,
     ),
     queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),

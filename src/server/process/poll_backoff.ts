@@ -10,10 +10,13 @@ export const MAX_POLL_BACKOFF_MS = 15_000;
  */
 export class PollBackoff {
   readonly #periodMs: number;
+  readonly #capMs: number;
   #failures = 0;
 
-  constructor(periodMs: number) {
+  /** @param capMs the longest pause. @default {@link MAX_POLL_BACKOFF_MS} */
+  constructor(periodMs: number, capMs = MAX_POLL_BACKOFF_MS) {
     this.#periodMs = periodMs;
+    this.#capMs = capMs;
   }
 
   /** Polls failed in a row (0 while they answer). */
@@ -24,7 +27,7 @@ export class PollBackoff {
   /** The pause before the next poll. */
   get delayMs(): number {
     if (this.#failures === 0) return this.#periodMs;
-    const cap = Math.max(this.#periodMs, MAX_POLL_BACKOFF_MS);
+    const cap = Math.max(this.#periodMs, this.#capMs);
     return Math.min(this.#periodMs * 2 ** this.#failures, cap);
   }
 

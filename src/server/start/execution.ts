@@ -144,7 +144,10 @@ export async function agentExecution(
   const jobTokens = new JobTokens();
   const local = localExecutor(assembly, jobTokens);
   const tokens = await startAgentTokens(assembly);
-  const dispatch = new InProcessAgentDispatch(jobTokens, { timeoutMs: 60_000 });
+  const dispatch = new InProcessAgentDispatch(jobTokens, {
+    timeoutMs: 60_000,
+    startGraceMs: config.agentStartGraceMs,
+  });
   assembly.releases.push(async () => dispatch.close());
   const remote = agentExecutor(dispatch, config.agentGroup);
   return {

@@ -152,6 +152,7 @@ export async function startServer(
       apiTokens,
       jobTokens,
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(config.execution === 'agent' ? { agentGroup: config.agentGroup } : {}),
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,
       requestTimeoutMs: config.requestTimeoutMs,

@@ -8,11 +8,14 @@ import {
   type QueueWorker,
   SharedJobTokens,
   WORKSPACE_RE,
+  WorkerMisconfiguredError,
   withResultCache,
 } from '../../index.js';
+import { boundedCheck, READY_CHECK_MS } from '../http/readiness.js';
 import type { ServerConfig } from '../process/config.js';
 import { openQueueRedis } from '../process/connections.js';
 import { createMetrics } from '../process/metrics.js';
+import { redisReadiness } from '../process/store_readiness.js';
 import { openAssembly } from './assembly.js';
 
 export interface WorkerCommandOptions {
@@ -55,8 +58,12 @@ export async function startWorker(
   // parts validated here, as on the server.
   const childRunUrl = (workspace: string) => {
     if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-    if (config.serverUrl === null)
-      throw new InvalidJobError('set VIEWER_CACHE_SERVER_URL for child runs over HTTP');
+    if (config.serverUrl === null) {
+      // The operator's missing setting, not the caller's bad request: coded, and in this log.
+      const err = new WorkerMisconfiguredError();
+      logger.error({ code: err.code }, err.message);
+      throw err;
+    }
     return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
   };
   // The same apps as the servers (your module, or the demo's) and the same cache: same store,
@@ -71,6 +78,12 @@ export async function startWorker(
     store: true,
   });
   const { apps: world, secretKey, datatables, releases } = assembly;
+  if (config.serverUrl === null) {
+    logger.warn(
+      { code: WorkerMisconfiguredError.code },
+      'VIEWER_CACHE_SERVER_URL is not set: a runnable that starts a child run over HTTP with its job token will fail E_WORKER_MISCONFIGURED',
+    );
+  }
   const close = () => assembly.release();
   try {
     const queueRedis = openQueueRedis(config, logger);
@@ -139,10 +152,16 @@ export async function startWorker(
 
     let url: string | null = null;
     if (options.port !== undefined) {
+      const queueState = boundedCheck(redisReadiness(queueRedis, READY_CHECK_MS));
       const http: Server = createServer((request, response) => {
         if (request.url === '/healthz') {
-          response.writeHead(200, { 'content-type': 'application/json' });
-          response.end(JSON.stringify({ ok: true, running: worker.running }));
+          // Alive means able to take jobs: its queue answers (within a bound, one question at
+          // a time however often it is probed).
+          void queueState().then((queue) => {
+            const ok = queue === 'ok';
+            response.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' });
+            response.end(JSON.stringify({ ok, running: worker.running, queue }));
+          });
         } else if (request.url === '/metrics') {
           metrics.registry.metrics().then(
             (text) => {

@@ -225,6 +225,17 @@ describe('the agent protocol, played by the test', { timeout: 90_000 }, () => {
     const several = await query(mine, jobToken, 'select 1; select 2');
     expect([several.status, codeOf(several)]).toEqual([400, 'E_STATEMENT_REFUSED']);
     expect(codeOf(await query(mine, jobToken, 'reset role'))).toBe('E_STATEMENT_REFUSED');
+    // In every spelling Postgres's grammar allows (a quoted name ran, before the allowlist).
+    for (const sql of [
+      `SET "role" TO 'x'`,
+      `RESET "role"`,
+      `SET "session_authorization" TO 'postgres'`,
+      "select set_config('role', 'x', false)",
+      'do $$ begin reset role; end $$',
+    ]) {
+      const refused = await query(mine, jobToken, sql);
+      expect([refused.status, codeOf(refused)], sql).toEqual([400, 'E_STATEMENT_REFUSED']);
+    }
     // Only the holder can finish it; the agent's value is the answer.
     expect(
       (await agentPost(`/api/agent/jobs/${job.id}/finish`, peer, { ok: true, value: 1 })).status,
@@ -347,6 +358,11 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
       VIEWER_CACHE_SERVER_URL: url,
       VIEWER_CACHE_AGENT_TOKEN: await agentToken('worker'),
     });
+    // Misses go to an agent once one is connected (before that: E_NO_WORKERS after a short wait).
+    await pollUntil(
+      async () => (await httpRequest(url, 'GET', '/readyz')).text.includes(`"${WS}/default":`),
+      60_000,
+    );
     const emea = await appRun(demoToken(SECRET_KEY, ALICE), 'f/orders/list');
     expect(emea.status).toBe(200);
     const regionsOf = (result: unknown) =>

@@ -258,13 +258,14 @@ describe('reading as anyone else gets nothing', () => {
     expect(await run('widens')).toEqual({
       fromCache: false,
       value: {
-        // The proxy runs one statement and never a role change; set_config is Postgres's to refuse.
+        // The proxy runs one statement of the allowed kinds, never a role change (set_config
+        // included: its first argument may be built from anything).
         set_role: 'E_STATEMENT_REFUSED',
         set_admin: 'E_STATEMENT_REFUSED',
         reset_role: 'E_STATEMENT_REFUSED',
         session: 'E_STATEMENT_REFUSED',
         two_statements: 'E_STATEMENT_REFUSED',
-        set_config: expect.stringMatching(/^(42501|E_STATEMENT_REFUSED)$/),
+        set_config: 'E_STATEMENT_REFUSED',
         after: [1, 2],
         same_user: true,
         viewer: NORA,

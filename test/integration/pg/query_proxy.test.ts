@@ -12,6 +12,7 @@ import {
   runProxiedRoleCheck,
 } from '../../../src/index.js';
 import { app, type OrdersDb, ordersDb, PUBLISHER, ROWS, WS } from '../../helpers/orders_db.js';
+import { waitUntil } from '../../helpers/wait.js';
 
 // The query proxy's core (src/proxy/query_proxy.ts) on a real data table: the viewer is the
 // job's recorded one, the token lives only as long as the job, an old protocol is refused, and
@@ -127,7 +128,7 @@ describe('runProxiedQuery', () => {
     expect(leases).toBe(before);
   });
 
-  it('refuses several statements and role changes before connecting', async () => {
+  it('refuses several statements, role changes in every spelling and other kinds before connecting', async () => {
     start(ALICE, 'tok-stmt');
     const before = leases;
     for (const sql of [
@@ -136,15 +137,54 @@ describe('runProxiedQuery', () => {
       'set role none',
       'reset role',
       'set session authorization default',
+      `SET "role" TO 'x'`,
+      `RESET "role"`,
+      `SET "session_authorization" TO 'postgres'`,
+      "select pg_catalog.set_config('role', 'x', false)",
+      'do $$ begin reset role; end $$',
+      'execute p',
       '',
-      "select 'open",
     ]) {
       await expect(ask('tok-stmt', sql)).rejects.toMatchObject({
         code: 'E_STATEMENT_REFUSED',
         status: 400,
       });
     }
+    // Text the grammar cannot read: refused before connecting too, answered as Postgres would.
+    await expect(ask('tok-stmt', "select 'open")).rejects.toMatchObject({
+      code: '42601',
+      severity: 'ERROR',
+    });
     expect(leases).toBe(before);
+  });
+
+  it('Postgres reads the text as the check did, whatever the database sets standard_conforming_strings to', async () => {
+    start(ALICE, 'tok-scs');
+    // With standard_conforming_strings off, `'a\''` ends after `\'`, and what follows is a
+    // second statement (and a comment); the parser, and now the server, read one string.
+    const db = fx.db.name;
+    await fx.sql.query(`alter database ${db} set standard_conforming_strings = off`);
+    try {
+      // Connections opened before the change keep the old default: open new ones.
+      await fx.sql.query(
+        'select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
+        [db],
+      );
+      // The pool finds its terminated connections one lease at a time: ask until a new one answers.
+      await waitUntil('a new connection defaults it off', async () => {
+        // reset_val: the connection's default (the proxy sets the value itself on each lease).
+        const shown = await ask(
+          'tok-scs',
+          "select reset_val from pg_settings where name = 'standard_conforming_strings'",
+        ).catch(() => null);
+        return shown?.rows[0]?.['reset_val'] === 'off';
+      });
+      const sql = "select 'a\\''; reset role; --' as v";
+      const { rows } = await ask('tok-scs', sql);
+      expect(rows).toEqual([{ v: "a\\'; reset role; --" }]);
+    } finally {
+      await fx.sql.query(`alter database ${db} reset standard_conforming_strings`);
+    }
   });
 
   it('refuses a malformed reference (the grammar of ctx.datatable and datatable://)', async () => {

@@ -591,6 +591,28 @@ describe("who may fan out: the app's publisher or a workspace admin, nobody else
   });
 });
 
+describe('a runnable that starts a child in process, wherever misses run', () => {
+  it('the orders summary (a child job beside its parent) for a viewer of two roles: a hit on its repeat', async () => {
+    const CAROL = 'carol@example.com'; // the orders demo's emea and amer
+    const summary = () =>
+      e2e
+        .request('POST', `/api/w/${WS}/apps/orders-dashboard/run`, {
+          token: token(CAROL),
+          body: { path: 'f/orders/summary' },
+        })
+        .then(asRun);
+    const first = await summary();
+    expect(first.status, first.text).toBe(200);
+    expect(Object.keys((first.result as { totals: object }).totals).sort()).toEqual([
+      'amer',
+      'emea',
+    ]);
+    const second = await summary();
+    expectOk(second, true);
+    expect(second.resultBytes).toBe(first.resultBytes);
+  });
+});
+
 describe('revoking access (the guide\'s "Revoking access"), on the next run', () => {
   it('role removed: the next run is refused', async () => {
     await seesTwice(NICK, 'f/clinics/patients', NICKS);
