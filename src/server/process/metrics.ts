@@ -143,6 +143,25 @@ export function createMetrics(
     });
   }
 
+  const { agentGroups } = fleet;
+  if (agentGroups !== undefined) {
+    new Gauge({
+      name: 'viewer_cache_agents_connected',
+      help: 'Agent workers connected (a take open, a job held, or seen within 5 s), by group',
+      labelNames: ['group'] as const,
+      registers: [registry],
+      collect() {
+        // Summed over workspaces: a group is the operator's name for a fleet.
+        const byGroup = new Map<string, number>();
+        for (const [key, count] of Object.entries(agentGroups())) {
+          const group = key.slice(key.indexOf('/') + 1);
+          byGroup.set(group, (byGroup.get(group) ?? 0) + count);
+        }
+        this.reset();
+        for (const [group, count] of byGroup) this.set({ group }, count);
+      },
+    });
+  }
   const { queueDepth } = fleet;
   if (queueDepth !== undefined) {
     new Gauge({
@@ -230,6 +249,8 @@ export function createMetrics(
 export interface MetricsFleet {
   /** Queue mode: workers whose heartbeat is fresh. */
   liveWorkers?: () => Promise<number>;
+  /** With agents: connected agents per `workspace/group`. */
+  agentGroups?: () => Record<string, number>;
   /** Queue mode: the queue's jobs by state. */
   queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
 }

@@ -129,6 +129,7 @@ export async function startServer(
     const metrics = createMetrics(cache, datatables, {
       ...(liveWorkers ? { liveWorkers } : {}),
       ...(queueDepth ? { queueDepth } : {}),
+      ...(agents ? { agentGroups: () => agents.dispatch.presence.groups() } : {}),
     });
     let accessRecord: AccessRecord | undefined;
     if (config.accessRecord) {
