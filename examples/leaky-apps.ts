@@ -33,6 +33,11 @@ let memoised: Note[] | undefined;
 // A cache of the module's own, keyed by the args only: the viewer is missing from its key.
 const ownCache = new Map<string, Note[]>();
 
+// Runs coalesced while one is in flight (and a moment after), keyed by the args only: the viewer
+// is missing from the key, so a per-recipient batch hands every recipient the first one's rows.
+const inFlight = new Map<string, Promise<Note[]>>();
+const COALESCE_MS = 100;
+
 const asViewer = async (ctx: RunContext) =>
   (await ctx.datatable(LEAKY_DATATABLE, { as: 'viewer' })).query<Note>(NOTES);
 
@@ -53,6 +58,21 @@ export default defineApps(() => {
         const key = String(args['region']);
         if (!ownCache.has(key)) ownCache.set(key, (await asViewer(ctx)).rows);
         return ownCache.get(key);
+      },
+    },
+    // Per-recipient: concurrent runs coalesced without the viewer in the key.
+    'f/leaky/coalesced': {
+      cacheTtlS: 60,
+      fn: async (args: Record<string, unknown>, ctx: RunContext) => {
+        const key = JSON.stringify(args);
+        let pending = inFlight.get(key);
+        if (pending === undefined) {
+          pending = asViewer(ctx).then((result) => result.rows);
+          inFlight.set(key, pending);
+          const forget = () => setTimeout(() => inFlight.delete(key), COALESCE_MS);
+          pending.then(forget, forget);
+        }
+        return pending;
       },
     },
     // Varies by viewer: a private app's runnable reading with the data table's default role.

@@ -31,6 +31,7 @@ function observed(keys: (string | null)[], over: Partial<ObservedRunnable> = {})
     first: fresh,
     second: fresh.map((o) => ('code' in o ? o : hit(o))),
     reverse: fresh,
+    recipient: [null, null, null],
     keys,
     ...over,
   };
@@ -64,6 +65,30 @@ describe('audit judgement', () => {
     expect(findings.map((f) => [f.check, f.message])).toContainEqual([
       'no-viewer-no-rows',
       '(anonymous) gets 1 row(s) only some viewers are entitled to',
+    ]);
+  });
+
+  it('fails a nobody viewer the cache serves an entitled row, though its own run is refused', () => {
+    // Its own run is refused; the reverse pass served it nora's row 1.
+    const { findings } = judge(viewers, [
+      observed(['k1', 'k2', 'k3'], { reverse: [rows(1, 2), rows(5), rows(1)] }),
+    ]);
+    expect(findings.map((f) => f.check)).toContain('no-viewer-no-rows');
+  });
+
+  it('fails a recipient a per-recipient batch delivers another answer than their own', () => {
+    const { cells, findings } = judge(viewers, [
+      observed(['k1', 'k2', null], { recipient: [rows(1, 2), rows(1, 2), null] }),
+    ]);
+    expect(findings.map((f) => [f.check, f.runnable])).toEqual([
+      ['per-recipient', 'f/clinics/patients'],
+    ]);
+    expect(findings[0]!.message).toMatch(
+      /^sam@example\.com is delivered 2 rows .* by a per-recipient batch/,
+    );
+    expect(cells.map((c) => c.status)).toEqual(['pass', 'fail', 'pass']);
+    expect(cells[0]!.reasons).toEqual([
+      'served = own fresh run, in both orders and as a recipient',
     ]);
   });
 

@@ -1,8 +1,8 @@
 /**
  * The audit's judgement, from what its runs gave (audit_runner.ts runs them): per (runnable,
- * viewer), differential isolation, the second request a hit, no viewer no rows and the declared
- * expectations; per runnable, key separation and whether it varies by viewer. Pure: no run,
- * no connection.
+ * viewer), differential isolation, the second request a hit, no viewer no rows, what a
+ * per-recipient batch delivers and the declared expectations; per runnable, key separation and
+ * whether it varies by viewer. Pure: no run, no connection.
  */
 import { createHash } from 'node:crypto';
 import stringify from 'fast-json-stable-stringify';
@@ -27,6 +27,12 @@ export interface ObservedRunnable {
   readonly first: readonly RunOutcome[];
   readonly second: readonly RunOutcome[];
   readonly reverse: readonly RunOutcome[];
+  /**
+   * Per viewer: what a per-recipient batch delivered them (origin `recipient`, the recipients
+   * run concurrently through a cache of the audit's own), null for a viewer who is no recipient
+   * (nobody, an embed viewer, a scoped key).
+   */
+  readonly recipient: readonly (RunOutcome | null)[];
   /** The cache key each viewer's run had (null when refused before one was built). */
   readonly keys: readonly (string | null)[];
 }
@@ -110,13 +116,27 @@ export function judge(
       if (cache === 'miss') fail('warn', 'the second request was not a hit');
 
       // No viewer, no rows: refused, or an answer carrying no row some viewer is entitled to.
-      if (isNoViewer(viewer) && !('code' in fresh)) {
-        const leaked = rowsOf(fresh).filter((row) => entitled.has(stringify(row))).length;
+      // Both its own run and what the cache served it (a schedule's output is what it is served).
+      const answered = [fresh, ...served].filter((o) => !('code' in o));
+      if (isNoViewer(viewer) && answered.length > 0) {
+        const rows = new Set(answered.flatMap(rowsOf).map((row) => stringify(row)));
+        const leaked = [...rows].filter((row) => entitled.has(row)).length;
         if (leaked > 0) {
           const message = `${viewerLabel(viewer)} gets ${leaked} row(s) only some viewers are entitled to`;
           fail('fail', message);
           findings.push({ check: 'no-viewer-no-rows', runnable: r.path, status: 'fail', message });
         } else reasons.push('answered without a viewer, no entitled row');
+      }
+
+      // Per-recipient: a batch delivers each recipient exactly their own answer.
+      const delivered = r.recipient[i] ?? null;
+      if (delivered !== null && !sameOutcome(delivered, fresh)) {
+        const message = `${viewerLabel(viewer)} is delivered ${describe(delivered)} by a per-recipient batch but its own run in a fresh process gives ${describe(fresh)}`;
+        fail(
+          'fail',
+          `per-recipient batch delivered ${describe(delivered)}, own fresh run ${describe(fresh)}`,
+        );
+        findings.push({ check: 'per-recipient', runnable: r.path, status: 'fail', message });
       }
 
       // Declared expectations.
@@ -149,7 +169,9 @@ export function judge(
         reasons.push(
           'code' in fresh
             ? `refused (${fresh.code}), as in a fresh process`
-            : 'served = own fresh run, in both orders',
+            : r.recipient[i]
+              ? 'served = own fresh run, in both orders and as a recipient'
+              : 'served = own fresh run, in both orders',
         );
       cells.push({
         runnable: r.path,

@@ -11,7 +11,7 @@ export function renderSummary(report: AuditReport): string {
   const lines: string[] = [];
   const { summary } = report;
   lines.push(
-    `viewer-cache audit of ${report.apps} (workspace ${report.workspace}): ${report.viewers.length} viewers × ${report.runnables.length} runnables in ${(report.durationMs / 1000).toFixed(1)} s`,
+    `viewer-cache audit of ${report.apps} (workspace ${report.workspace}): ${report.viewers.length} viewers × ${report.runnables.length} runnables in ${(report.durationMs / 1000).toFixed(1)} s${executedBy(report)}`,
   );
   lines.push('');
   const rows = report.runnables.map((r) => {
@@ -39,6 +39,13 @@ export function renderSummary(report: AuditReport): string {
     `${report.status.toUpperCase()}: ${summary.pass} passed, ${summary.warn} warned, ${summary.fail} failed, ${summary.intended} lint(s) marked intended`,
   );
   return lines.join('\n');
+}
+
+/** How the cached runs ran, when not in process. */
+function executedBy(report: AuditReport): string {
+  return report.execution === 'queue'
+    ? `, cached runs through a queue (${report.workerJobs ?? 0} jobs on its worker)`
+    : '';
 }
 
 function findingLine(f: AuditFinding): string {
@@ -157,7 +164,7 @@ li.fail{color:#9b1c1c}li.warn{color:#7a5b00}.verdict{font-size:1.2rem;font-weigh
 </style></head><body>
 <h1>viewer-cache audit: <code>${xml(report.apps)}</code></h1>
 <p class="verdict" id="verdict" data-status="${report.status}">${report.status.toUpperCase()}: ${summary.pass} passed, ${summary.warn} warned, ${summary.fail} failed, ${summary.intended} marked intended</p>
-<p>Workspace <code>${xml(report.workspace)}</code>, started ${xml(report.startedAt)}, ${(report.durationMs / 1000).toFixed(1)} s. Each cell: what the viewer is served through the cache, checked against the viewer's own run in a fresh process; the second request's hit or miss; why it passes, warns or fails.</p>
+<p>Workspace <code>${xml(report.workspace)}</code>, started ${xml(report.startedAt)}, ${(report.durationMs / 1000).toFixed(1)} s${xml(executedBy(report))}. Each cell: what the viewer is served through the cache, checked against the viewer's own run in a fresh process; the second request's hit or miss; why it passes, warns or fails.</p>
 <h2>Viewers × runnables</h2>
 <table id="matrix"><thead><tr><th>viewer</th>${head}</tr></thead><tbody>
 ${body}

@@ -27,6 +27,7 @@ export interface AuditFinding {
     | 'differential-isolation'
     | 'key-separation'
     | 'no-viewer-no-rows'
+    | 'per-recipient'
     | 'varies-by-viewer'
     | 'expectation';
   readonly runnable: string;
@@ -60,6 +61,10 @@ export interface AuditReport {
   };
   /** fail when anything failed; warn when something warned; else pass. */
   readonly status: AuditStatus;
+  /** Where the cached runs ran: in this process, or through a queue and its worker. */
+  readonly execution: 'in-process' | 'queue';
+  /** In queue mode: the jobs the audit's worker took (each a miss of the audit's caches). */
+  readonly workerJobs?: number;
 }
 
 /** The worse of two statuses. */

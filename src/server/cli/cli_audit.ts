@@ -17,6 +17,7 @@ interface AuditOptions {
   junit?: string;
   html?: string;
   strict?: boolean;
+  execution?: string;
 }
 
 /**
@@ -37,11 +38,21 @@ export function addAuditCommand(program: Command): void {
     .option('--junit <file>', 'write a JUnit XML report')
     .option('--html <file>', 'write a self-contained HTML report')
     .option('--strict', 'exit 1 on warnings too')
+    .option(
+      '--execution <mode>',
+      'in-process, or queue: the cached runs go through a queue and a worker of the audit (REDIS_URL)',
+      'in-process',
+    )
     .action(async (options: AuditOptions) => {
       if ((options.apps === undefined) === (options.demo !== true))
         throw new TypeError('give either --apps PATH or --demo');
+      const execution = options.execution;
+      if (execution !== 'in-process' && execution !== 'queue')
+        throw new TypeError('--execution must be in-process or queue');
       const json = program.opts<GlobalOptions>().json === true;
       const config = readConfig();
+      if (execution === 'queue' && config.redisUrl === null)
+        throw new TypeError('audit --execution queue needs REDIS_URL (the Redis it queues on)');
       const logger: Logger = pino(
         { level: process.env['LOG_LEVEL'] ?? 'warn' },
         pino.destination(2),
@@ -54,6 +65,8 @@ export function addAuditCommand(program: Command): void {
           apps: options.apps ?? DEMO_APPS,
           databaseUrl: database.url,
           secretKey,
+          execution,
+          ...(config.redisUrl === null ? {} : { redisUrl: config.redisUrl }),
           // The apps module's own workspace, unless -w names one.
           ...(program.getOptionValueSource('workspace') === 'cli'
             ? { workspace: program.opts<GlobalOptions>().workspace }

@@ -84,6 +84,13 @@ describe('the audit of the leaky example', () => {
     );
   });
 
+  it('coalescing concurrent runs without the viewer: a per-recipient batch', () => {
+    const found = failed('f/leaky/coalesced', 'per-recipient').map((f) => f.message);
+    // dual@ runs first and sees both notes; the others in its batch are handed those rows.
+    expect(found.length).toBeGreaterThan(0);
+    expect(found.join(' ')).toMatch(/delivered .* by a per-recipient batch/);
+  });
+
   it('an aggregate-only runnable returning a detail column: the declared expectation', () => {
     expect(failed('f/leaky/aggregate', 'expectation')[0]?.message).toContain('body');
   });

@@ -1,0 +1,95 @@
+/**
+ * The audit in queue mode: its cached runs go through the queue path a server with
+ * `VIEWER_CACHE_EXECUTION=queue` takes — each miss sealed onto BullMQ on Redis, taken by a worker
+ * (here, in this process) that runs it under a result cache of its own — so what is judged is
+ * what the worker path serves. Under a queue prefix of the audit's own, so no production worker
+ * takes its jobs, and with caches of its own in memory: never the production cache.
+ */
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import {
+  createQueueExecutor,
+  createQueueWorker,
+  type Datatables,
+  type Executor,
+  type Logger,
+  MemoryCacheStore,
+  withResultCache,
+} from '../../index.js';
+
+/** The queue side of an audit: what its caches wrap instead of the executor, and its release. */
+export interface AuditQueue {
+  /** Runs each job on the audit's worker, through the queue. */
+  readonly executor: Executor;
+  /** Jobs the worker finished (each a miss of one of the audit's caches). */
+  readonly taken: () => number;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens a queue of the audit's own on `redisUrl` and one worker taking from it. `registry`
+ * builds the jobs (the server side); `worker` runs them (the worker side, observed by the audit).
+ */
+export async function openAuditQueue(options: {
+  readonly redisUrl: string;
+  readonly secretKey: string;
+  readonly registry: Executor;
+  readonly worker: Executor;
+  readonly datatables: Datatables;
+  readonly logger?: Logger;
+}): Promise<AuditQueue> {
+  // A hash tag, as in production; random, so two audits (or a server) never share a queue.
+  const prefix = `{vc-audit-${randomBytes(6).toString('hex')}}`;
+  const redis = new Redis(options.redisUrl, { maxRetriesPerRequest: null, lazyConnect: true });
+  redis.on('error', (err: Error) => options.logger?.debug({ err: err.message }, 'audit redis'));
+  const closers: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const closer of closers.reverse()) await closer().catch(() => {});
+    // The queue's keys are the audit's alone: removed, so an audit leaves nothing in Redis.
+    await removeKeys(redis, prefix).catch(() => {});
+    redis.disconnect();
+  };
+  let taken = 0;
+  try {
+    await redis.connect();
+    const queue = createQueueExecutor({
+      executor: options.registry,
+      redis,
+      secretKey: options.secretKey,
+      prefix,
+      ...(options.logger ? { logger: options.logger } : {}),
+    });
+    closers.push(() => queue.close());
+    await queue.ready();
+    // The worker's own cache, as the worker command has (tracked fingerprint: it learns).
+    const worker = createQueueWorker({
+      executor: withResultCache(options.worker, {
+        store: new MemoryCacheStore(),
+        fingerprint: options.datatables.fingerprint,
+      }),
+      redis,
+      secretKey: options.secretKey,
+      prefix,
+      concurrency: 4,
+      onFinished: () => {
+        taken++;
+      },
+      ...(options.logger ? { logger: options.logger } : {}),
+    });
+    closers.push(() => worker.close());
+    await worker.ready();
+    return { executor: queue, taken: () => taken, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+async function removeKeys(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await redis.del(...keys);
+  } while (cursor !== '0');
+}
