@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
+  type CacheStore,
   createQueueExecutor,
   createQueueWorker,
   type Datatables,
@@ -21,6 +22,11 @@ import {
 export interface AuditQueue {
   /** Runs each job on the audit's worker, through the queue. */
   readonly executor: Executor;
+  /**
+   * A new store for the next pass of the audit, shared by the audit's cache and the worker's
+   * (as a server and its workers share one store: the worker writes what the server reads).
+   */
+  readonly passStore: () => CacheStore;
   /** Jobs the worker finished (each a miss of one of the audit's caches). */
   readonly taken: () => number;
   close(): Promise<void>;
@@ -61,10 +67,18 @@ export async function openAuditQueue(options: {
     });
     closers.push(() => queue.close());
     await queue.ready();
-    // The worker's own cache, as the worker command has (tracked fingerprint: it learns).
+    // The worker's cache, as the worker command has (tracked fingerprint: it learns), over the
+    // store of the audit's current pass.
+    let current = new MemoryCacheStore();
+    const pass: CacheStore = {
+      shared: false,
+      get: (key) => current.get(key),
+      set: (key, value, ttlMs, tag) => current.set(key, value, ttlMs, tag),
+      delete: (key) => current.delete(key),
+    };
     const worker = createQueueWorker({
       executor: withResultCache(options.worker, {
-        store: new MemoryCacheStore(),
+        store: pass,
         fingerprint: options.datatables.fingerprint,
       }),
       redis,
@@ -78,7 +92,11 @@ export async function openAuditQueue(options: {
     });
     closers.push(() => worker.close());
     await worker.ready();
-    return { executor: queue, taken: () => taken, close };
+    const passStore = () => {
+      current = new MemoryCacheStore();
+      return pass;
+    };
+    return { executor: queue, passStore, taken: () => taken, close };
   } catch (err) {
     await close();
     throw err;

@@ -198,7 +198,7 @@ async function audit(
     // Through caches of the audit's own: viewer order, twice; then reverse order.
     const cacheOf = (): JobExecutor =>
       withResultCache(jobs, {
-        store: new MemoryCacheStore(),
+        store: queue?.passStore() ?? new MemoryCacheStore(),
         fingerprint: datatables.fingerprint,
       });
     const forward = cacheOf();
