@@ -158,6 +158,8 @@ export function runTraced<T>(
   traceparent: string | null,
   name: string,
   fn: () => Promise<T>,
+  attributes: Attributes = { 'messaging.system': 'bullmq' },
+  kind: SpanKind = SpanKind.CONSUMER,
 ): Promise<T> {
   const tracer = sdkTracer();
   if (tracer === null) return fn();
@@ -165,7 +167,20 @@ export function runTraced<T>(
     traceparent !== null && TRACEPARENT.test(traceparent)
       ? propagation.extract(ROOT_CONTEXT, { traceparent })
       : ROOT_CONTEXT;
-  return inSpan(tracer, name, { 'messaging.system': 'bullmq' }, fn, SpanKind.CONSUMER, parent);
+  return inSpan(tracer, name, attributes, fn, kind, parent);
+}
+
+/**
+ * Runs `fn` (a request to another process) in a CLIENT span `name` under the active context,
+ * handing it that span's `traceparent` to send along; without an SDK, `fn(null)`.
+ */
+export function clientTraced<T>(
+  name: string,
+  fn: (traceparent: string | null) => Promise<T>,
+): Promise<T> {
+  const tracer = sdkTracer();
+  if (tracer === null) return fn(null);
+  return inSpan(tracer, name, {}, () => fn(traceparentOf(context.active())), SpanKind.CLIENT);
 }
 
 export { SpanKind };
