@@ -92,15 +92,10 @@ export function inSpan<T>(
   );
 }
 
-/** A span for work already done: it started `ms` ago and ends now, under the active span. */
-export function spanSince(
-  tracer: Tracer,
-  name: string,
-  ms: number,
-  attributes: Attributes,
-  end: number = performance.timeOrigin + performance.now(),
-): void {
-  tracer.startSpan(name, { attributes, startTime: end - ms }).end(end);
+/** `fn` inside an internal span `name` when an SDK is registered now; else just `fn`. */
+export function traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  const tracer = sdkTracer();
+  return tracer === null ? fn() : inSpan(tracer, name, {}, fn);
 }
 
 const FIRST_WORD = /^\s*(?:(?:--[^\n]*\n|\/\*[\s\S]*?\*\/)\s*)*([A-Za-z]+)/;
