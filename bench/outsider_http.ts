@@ -5,9 +5,9 @@
  *
  * The servers run in a process of their own (`outsider_server.ts`); the load comes from
  * autocannon in this one. Every target (the floor, the cached app request with two tiers, the
- * same with Redis only) at every connection count runs once per round, the order rotated each
- * round, and a round is kept only when the machine's *other* processes used at most
- * `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
+ * same with Redis only, the default with the access record on) at every connection count runs
+ * once per round, the order rotated each round, and a round is kept only when the machine's
+ * *other* processes used at most `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
  * process's own /proc/<pid>/stat): on a shared machine a neighbour's burst otherwise lands on
  * one side of a ratio. It reports, per row, the median over the kept rounds with the range, the
  * ratios to the floor of the same round, the server process's CPU time per request (which a
@@ -41,9 +41,10 @@ const PROFILE = arg('profile', '');
 const JSON_OUT = process.argv.includes('--json');
 
 interface Ready {
-  readonly targets: Record<'floor' | 'cached' | 'redisOnly', string>;
+  readonly targets: Record<'floor' | 'cached' | 'redisOnly' | 'accessRecord', string>;
   readonly token: string;
   readonly tokenRedisOnly: string;
+  readonly tokenAccessRecord: string;
   readonly body: string;
 }
 
@@ -135,8 +136,9 @@ const subjects = [
   { id: 'floor', url: ready.targets.floor, token: ready.token },
   { id: 'cached', url: ready.targets.cached, token: ready.token },
   { id: 'redisOnly', url: ready.targets.redisOnly, token: ready.tokenRedisOnly },
+  { id: 'accessRecord', url: ready.targets.accessRecord, token: ready.tokenAccessRecord },
 ] as const;
-const wanted = new Set(arg('targets', 'floor,cached,redisOnly').split(','));
+const wanted = new Set(arg('targets', 'floor,cached,redisOnly,accessRecord').split(','));
 // Every ratio is to the floor of the same round (leave it out only to profile a route alone).
 const cells = CONNS.flatMap((conns) =>
   subjects.filter((s) => wanted.has(s.id)).map((s) => ({ ...s, conns })),

@@ -62,6 +62,7 @@ const TARGETS: Record<string, string> = {
   floor: 'floor: Fastify, bearer check + one Redis `GET` of the same bytes',
   cached: 'app request, cache hit, two tiers (the default)',
   redisOnly: 'app request, cache hit, Redis only',
+  accessRecord: 'app request, cache hit, two tiers, access record on',
 };
 
 export function outsiderHttpTable(r: OutsiderHttp): string {

@@ -1,7 +1,8 @@
 /**
  * The servers `outsider_http.ts` measures, in a process of their own (started by it; not run by
  * hand): the reference server with its defaults (two tiers, sealed, access line on), the same
- * with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`), and the floor — a minimal Fastify route
+ * with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`), the default with the access record on
+ * (`VIEWER_CACHE_ACCESS_RECORD=on`), and the floor — a minimal Fastify route
  * that checks the bearer token and does one Redis `GET` of the same response bytes. Prints one
  * JSON line `{ targets, token, body, path }` when ready; stops on SIGTERM (so `--cpu-prof`
  * writes its profile).
@@ -22,8 +23,14 @@ const twoTiers = await startBenchServer(postgres, prefix, redisUrl, redisPrefix,
 const redisOnly = await startBenchServer(postgres, `${prefix}r`, redisUrl, `${redisPrefix}r:`, {
   VIEWER_CACHE_MEMORY_TIER_BYTES: '0',
 });
+// The default again with the access record on: what writing "who was shown what" costs a hit.
+const recorded = await startBenchServer(postgres, `${prefix}a`, redisUrl, `${redisPrefix}a:`, {
+  VIEWER_CACHE_MEMORY_TIER_BYTES: undefined,
+  VIEWER_CACHE_ACCESS_RECORD: 'on',
+});
 const bytes = await firstRun(twoTiers.server.url, twoTiers.token);
 await firstRun(redisOnly.server.url, redisOnly.token);
+await firstRun(recorded.server.url, recorded.token);
 
 // The floor: what any Fastify service answering a cached JSON blob for a bearer token does.
 const floorKey = `${redisPrefix}floor`;
@@ -47,9 +54,11 @@ process.stdout.write(
       floor: `${floorUrl}/floor`,
       cached: new URL(APP_RUN, twoTiers.server.url).toString(),
       redisOnly: new URL(APP_RUN, redisOnly.server.url).toString(),
+      accessRecord: new URL(APP_RUN, recorded.server.url).toString(),
     },
     token: twoTiers.token,
     tokenRedisOnly: redisOnly.token,
+    tokenAccessRecord: recorded.token,
     body: LIST,
   })}\n`,
 );
@@ -59,6 +68,7 @@ process.once('SIGTERM', () => {
     await floor.close();
     await redis.del(floorKey);
     redis.disconnect();
+    await recorded.server.close();
     await redisOnly.server.close();
     await twoTiers.server.close();
     await postgres.close(prefix);

@@ -240,7 +240,13 @@ export {
   openTwoTierStore,
   TwoTierCacheStore,
 } from './stores/two_tier_store.js';
-export { sdkTracer, TRACER_NAME } from './tracing.js';
+export {
+  clientTraced,
+  runTraced,
+  sdkTracer,
+  TRACER_NAME,
+  traceparentOf,
+} from './tracing.js';
 export type {
   RawViewerCacheOptions,
   ViewerCache,

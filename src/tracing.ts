@@ -92,15 +92,10 @@ export function inSpan<T>(
   );
 }
 
-/** A span for work already done: it started `ms` ago and ends now, under the active span. */
-export function spanSince(
-  tracer: Tracer,
-  name: string,
-  ms: number,
-  attributes: Attributes,
-  end: number = performance.timeOrigin + performance.now(),
-): void {
-  tracer.startSpan(name, { attributes, startTime: end - ms }).end(end);
+/** `fn` inside an internal span `name` when an SDK is registered now; else just `fn`. */
+export function traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  const tracer = sdkTracer();
+  return tracer === null ? fn() : inSpan(tracer, name, {}, fn);
 }
 
 const FIRST_WORD = /^\s*(?:(?:--[^\n]*\n|\/\*[\s\S]*?\*\/)\s*)*([A-Za-z]+)/;
@@ -158,6 +153,8 @@ export function runTraced<T>(
   traceparent: string | null,
   name: string,
   fn: () => Promise<T>,
+  attributes: Attributes = { 'messaging.system': 'bullmq' },
+  kind: SpanKind = SpanKind.CONSUMER,
 ): Promise<T> {
   const tracer = sdkTracer();
   if (tracer === null) return fn();
@@ -165,7 +162,20 @@ export function runTraced<T>(
     traceparent !== null && TRACEPARENT.test(traceparent)
       ? propagation.extract(ROOT_CONTEXT, { traceparent })
       : ROOT_CONTEXT;
-  return inSpan(tracer, name, { 'messaging.system': 'bullmq' }, fn, SpanKind.CONSUMER, parent);
+  return inSpan(tracer, name, attributes, fn, kind, parent);
+}
+
+/**
+ * Runs `fn` (a request to another process) in a CLIENT span `name` under the active context,
+ * handing it that span's `traceparent` to send along; without an SDK, `fn(null)`.
+ */
+export function clientTraced<T>(
+  name: string,
+  fn: (traceparent: string | null) => Promise<T>,
+): Promise<T> {
+  const tracer = sdkTracer();
+  if (tracer === null) return fn(null);
+  return inSpan(tracer, name, {}, () => fn(traceparentOf(context.active())), SpanKind.CLIENT);
 }
 
 export { SpanKind };

@@ -10,6 +10,7 @@ import type { Span, Tracer } from '@opentelemetry/api';
 import pg from 'pg';
 import type { DatatableLease } from '../connector/datatable_connector.js';
 import type { DatatableRef } from '../connector/datatable_ref.js';
+import { type Duration, resolveDuration } from '../duration.js';
 import {
   ConnectFailedError,
   ConnectionLostError,
@@ -71,6 +72,9 @@ export async function createDatatablesWithHooks(
   return service;
 }
 
+/** How long a learned set goes unread before `gcLearnedSets` collects it, by default. */
+const LEARNED_SET_IDLE = '30d';
+
 /** Wiring: the catalog, who may use what, leasing, and the admin API, put together. */
 class DatatableService implements Datatables {
   readonly events = new TypedEmitter<DatatablesEvents>();
@@ -82,6 +86,7 @@ class DatatableService implements Datatables {
   readonly #rules: RulesWatch;
   readonly #authorizations: JobAuthorizations;
   readonly #dependencies: RunDependencies;
+  readonly #learnedSets: LearnedSets;
   readonly #protocol: RoleSetProtocol;
   readonly #pools: LoginPools;
   readonly #leaser: LoginLeaser;
@@ -117,6 +122,7 @@ class DatatableService implements Datatables {
       logger,
       heartbeatMs: catalog.heartbeatMs,
       heartbeatTimeoutMs: catalog.heartbeatTimeoutMs,
+      ackKey: passwords.deriveKey('propagation acknowledgements'),
       // A learned set that grew elsewhere: read it again on this process's next run of it.
       channels: {
         [LEARNED_CHANNEL]: (payload) => {
@@ -141,6 +147,7 @@ class DatatableService implements Datatables {
       key: passwords.deriveKey('learned dependency sets'),
       logger,
     });
+    this.#learnedSets = learned;
     this.#dependencies = new RunDependencies((job) => this.#authorizations.of(job), {
       shared: {
         load: (version) => learned.load(version),
@@ -357,6 +364,15 @@ class DatatableService implements Datatables {
 
   startedChild(job: Job, child: Job): void {
     this.#dependencies.startedChild(job, child);
+  }
+
+  async gcLearnedSets(options: { idle?: Duration; maxRows?: number } = {}): Promise<number> {
+    const idleMs = resolveDuration(options.idle ?? LEARNED_SET_IDLE, 'idle');
+    const maxRows = options.maxRows ?? 10_000;
+    if (!Number.isSafeInteger(maxRows) || maxRows < 1)
+      throw new TypeError('maxRows must be a positive integer');
+    if (idleMs < 1) throw new TypeError('idle must be positive');
+    return this.#learnedSets.collect(idleMs, maxRows);
   }
 
   async listLogins(): Promise<SetLoginInfo[]> {

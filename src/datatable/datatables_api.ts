@@ -197,6 +197,14 @@ export interface Datatables extends DatatableConnector {
    */
   gcLogins(): Promise<string[]>;
   /**
+   * Collects the learned dependency sets of runnable versions no process has read or grown for
+   * `idle` (default 30 days): versions no longer served. At most `maxRows` (default 10,000) in one
+   * call, in batches of 1,000. Always safe: a version without a set is keyed on the full
+   * fingerprint until its runs learn it again. Resolves to how many were removed.
+   * @throws {TypeError} a bad `idle` or `maxRows`
+   */
+  gcLearnedSets(options?: { idle?: Duration; maxRows?: number }): Promise<number>;
+  /**
    * Who `email` is in `workspace`'s directory: their groups and folders, and whether they are a
    * workspace admin (membership kind `admin`) — from a catalog no older than the call (the
    * built-in directory), or the plugged-in directory's answer. For an application's own checks

@@ -16,9 +16,7 @@ import {
   DatatableUnavailableError,
   ExecutorFailedError,
   ExecutorTimeoutError,
-  InvalidDataError,
   InvalidJobError,
-  QueryFailedError,
   ResultNotJsonError,
   RoleRequiredError,
   UnknownRunnableError,
@@ -36,7 +34,7 @@ import {
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { RawQueryProxyLimits } from '../proxy/query_proxy.js';
-import { inSpan, sdkTracer } from '../tracing.js';
+import { traced } from '../tracing.js';
 import {
   type DuckdbLimits,
   type DuckdbModule,
@@ -46,6 +44,7 @@ import {
 import { type DuckdbScript, parseDuckdbScript } from './duckdb/duckdb_script.js';
 import { type PythonLimits, runPython } from './python/python_run.js';
 import { pythonCodeOf, type RunContext, type RunnableDefinition, versionOf } from './runnable.js';
+import { statementRefusal } from './statement_refusal.js';
 
 export type { DuckdbModule } from './duckdb/duckdb_run.js';
 export type {
@@ -323,29 +322,6 @@ function jsonResult(job: Job, value: unknown): ComputedResult {
   return result;
 }
 
-/** SQLSTATE class 22 (data exception): the request's value, not the runnable's statement. */
-const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
-
-/**
- * A statement Postgres refused that the runnable let through (a pg DatabaseError, or the
- * agent proxy's error in the same shape: `severity` and a five-character SQLSTATE), as a coded
- * error that reads the same in process and on an agent; null for anything else.
- */
-function statementRefusal(job: Job, err: Error): ViewerCacheError | null {
-  const sqlstate = (err as { code?: unknown }).code;
-  if (!('severity' in err) || typeof sqlstate !== 'string' || !/^[0-9A-Z]{5}$/.test(sqlstate))
-    return null;
-  if (DATA_EXCEPTION.test(sqlstate))
-    return new InvalidDataError(
-      `the database refused a value in this request (SQLSTATE ${sqlstate})`,
-      { cause: err },
-    );
-  return new QueryFailedError(
-    `runnable ${job.runnable.path}: the database refused a statement (SQLSTATE ${sqlstate}): ${err.message}`,
-    { sqlstate, cause: err },
-  );
-}
-
 /** A job's perms: who it runs as, its viewer and role scope, both recorded from its origin. */
 function permsOf(runAs: string, origin: RunOrigin, credentialScope?: readonly number[]): JobPerms {
   // The viewer (and an embed viewer) from the origin alone; the scope never wider than the parent's.
@@ -412,13 +388,13 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
   }
 
   if (definition.kind === 'duckdb') {
-    const run = () => runDuckdbScript(registered.duckdb!, connect, deps.duckdb);
-    const tracer = sdkTracer();
-    return tracer === null ? run() : inSpan(tracer, 'viewer_cache.duckdb', {}, run);
+    return traced('viewer_cache.duckdb', () =>
+      runDuckdbScript(registered.duckdb!, connect, deps.duckdb),
+    );
   }
   if (definition.kind === 'python') {
     // The process reaches the data tables through its job's socket only, with its job's token.
-    const run = () =>
+    return traced('viewer_cache.python', () =>
       runPython(
         registered.python!,
         registered.path,
@@ -427,9 +403,8 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
         deps.datatables,
         deps.signal,
         deps.python,
-      );
-    const tracer = sdkTracer();
-    return tracer === null ? run() : inSpan(tracer, 'viewer_cache.python', {}, run);
+      ),
+    );
   }
 
   const ctx: RunContext = {

@@ -58,14 +58,37 @@ export class LearnedSets {
     return match === null ? null : { digest: match[1] as string, size: Number(match[2]) };
   }
 
-  /** The stored set of `version`, or null when none is stored or it does not verify. */
+  /**
+   * The stored set of `version`, or null when none is stored or it does not verify. Records the
+   * use (at most hourly per version), so the set is not collected while it is read.
+   */
   async load(version: RunnableVersion): Promise<DependencySet | null> {
-    const { rows } = await this.#pool.query<Row>(sql.READ_LEARNED, [
-      version.workspace,
-      version.path,
-      version.hash,
-    ]);
-    return this.#verified(version, rows[0]);
+    const ids = [version.workspace, version.path, version.hash];
+    const { rows } = await this.#pool.query<Row & { stale: boolean }>(sql.LOAD_LEARNED, ids);
+    const set = this.#verified(version, rows[0]);
+    if (set !== null && rows[0]?.stale === true) await this.#pool.query(sql.TOUCH_LEARNED, ids);
+    return set;
+  }
+
+  /**
+   * Removes the sets of versions no process has read or grown for `idleMs` (their runnable
+   * versions are no longer served, or only by processes that read them long ago), in batches
+   * of {@link COLLECT_BATCH}, at most `maxRows` in one call. Always safe: a version without a set
+   * is keyed on the full fingerprint until its runs learn it again, and a process still holding
+   * a collected set keeps computing the same fingerprint over it.
+   *
+   * @returns how many sets were removed
+   */
+  async collect(idleMs: number, maxRows: number): Promise<number> {
+    let removed = 0;
+    while (removed < maxRows) {
+      const batch = Math.min(COLLECT_BATCH, maxRows - removed);
+      const { rowCount } = await this.#pool.query(sql.COLLECT_LEARNED, [idleMs / 1000, batch]);
+      removed += rowCount ?? 0;
+      if ((rowCount ?? 0) < batch) break;
+    }
+    if (removed > 0) this.#logger.info({ removed }, 'collected unused learned dependency sets');
+    return removed;
   }
 
   /**
@@ -132,6 +155,9 @@ export class LearnedSets {
       .digest();
   }
 }
+
+/** Rows removed per statement by {@link LearnedSets.collect}: short locks, short transactions. */
+export const COLLECT_BATCH = 1000;
 
 interface Row {
   everything: boolean;

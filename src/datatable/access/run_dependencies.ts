@@ -38,6 +38,14 @@ import type { RunnableVersion } from './learned_sets.js';
  * A run that starts a child job depends on everything the job could use (the workspace-wide
  * fingerprint), checked each time the child consults the catalog: the child's answers may come
  * from the cache, where nobody asked them.
+ *
+ * Recordings are kept by job object, so a run whose connections or role checks reach the
+ * catalog through another object (a layer that copied the job) would look like one that asked
+ * nothing, and "depends on nothing" would be learned and shared: every later run keyed blind to
+ * roles. So a consultation by a job object nobody tracks taints every run tracked now with the
+ * same id or runnable version: such a run learns nothing, and its result is stored only under
+ * the full fingerprint (and only when its lookup was keyed there, so that no change during the
+ * run goes unseen).
  */
 export class RunDependencies {
   readonly #authorizationOf: (job: Job) => JobAuthorization | Promise<JobAuthorization>;
@@ -57,6 +65,8 @@ export class RunDependencies {
   readonly #keyedOn = new WeakMap<Job, DependencySet>();
   /** Recordings of the runs executing now, by job object. */
   readonly #recordings = new WeakMap<Job, Recording>();
+  /** Recordings executing now, by job id and by version: who an untracked consultation taints. */
+  readonly #running = new Map<string, Set<Recording>>();
   /** A child job's nearest recorded ancestor. */
   readonly #parentOf = new WeakMap<Job, Recording>();
   /** Whether any child job was ever linked (spares the lookup a WeakMap read until then). */
@@ -188,6 +198,11 @@ export class RunDependencies {
       this.#linked ? this.#parentOf.get(job) : undefined,
     );
     this.#recordings.set(job, recording);
+    for (const name of runningNames(job)) {
+      const set = this.#running.get(name);
+      if (set === undefined) this.#running.set(name, new Set([recording]));
+      else set.add(recording);
+    }
     return this.#tracking(job, recording);
   }
 
@@ -216,8 +231,21 @@ export class RunDependencies {
 
   #record(job: Job, dependency: Dependency, authorization: JobAuthorization): void {
     const recording = this.#recordings.get(job);
-    if (recording !== undefined) recording.record(dependency, authorization);
-    else if (this.#linked) this.#parentOf.get(job)?.record(EVERY_REFERENCE, authorization);
+    if (recording !== undefined) {
+      recording.record(dependency, authorization);
+      return;
+    }
+    const parent = this.#linked ? this.#parentOf.get(job) : undefined;
+    if (parent !== undefined) {
+      parent.record(EVERY_REFERENCE, authorization);
+      return;
+    }
+    // Nobody tracks this object: if a tracked run has its id or version, this may be that run
+    // asking through a copy of its job, and what it asked is not in its recording.
+    if (this.#running.size === 0) return;
+    for (const name of runningNames(job)) {
+      for (const running of this.#running.get(name) ?? []) running.unobserved = true;
+    }
   }
 
   #tracking(job: Job, recording: Recording): FingerprintTracking {
@@ -226,7 +254,14 @@ export class RunDependencies {
     const end = (): boolean => {
       if (ended) return false;
       ended = true;
-      if (--recording.active === 0) this.#recordings.delete(job);
+      if (--recording.active === 0) {
+        this.#recordings.delete(job);
+        for (const name of runningNames(job)) {
+          const set = this.#running.get(name);
+          set?.delete(recording);
+          if (set?.size === 0) this.#running.delete(name);
+        }
+      }
       return true;
     };
     return {
@@ -254,6 +289,11 @@ export class RunDependencies {
     if (now.fingerprintOver(predicted) !== fingerprint) return undefined;
     for (const [dependency, answer] of recording.answers) {
       if (now.answer(dependency) !== answer) return undefined;
+    }
+    // What it asked was (maybe) not recorded: nothing learned; the full fingerprint only, and
+    // only when the lookup (checked just above) was keyed on it.
+    if (recording.unobserved) {
+      return predicted.everything ? now.fingerprintOver(UNKNOWN) : undefined;
     }
     const key = learnedKey(job);
     const entry = this.#learned.get(key);
@@ -334,6 +374,8 @@ class Recording {
   conflicting = false;
   /** Two executions of one job object overlapped: their answers cannot be told apart. */
   shared = false;
+  /** A job with this run's id or version asked through an untracked object meanwhile. */
+  unobserved = false;
   active = 1;
 
   /**
@@ -372,6 +414,11 @@ function sizeOf(set: DependencySet): number {
 
 function versionOf(job: Job): RunnableVersion {
   return { workspace: job.workspace, path: job.runnable.path, hash: job.runnable.hash };
+}
+
+/** Names a tracked run is found under by an untracked consultation: its id, its version. */
+function runningNames(job: Job): [string, string] {
+  return [`id\0${job.workspace}\0${job.id}`, `v\0${learnedKey(job)}`];
 }
 
 function learnedKey(job: Job): string {

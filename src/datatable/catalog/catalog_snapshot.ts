@@ -41,6 +41,11 @@ export interface CatalogSnapshotOptions {
    * dependency sets' announcements). @default none
    */
   channels?: Readonly<Record<string, (payload: string) => void>>;
+  /**
+   * The key propagation acknowledgements are authenticated with (derived from the deployment's
+   * secret for this use alone): only processes holding it are counted by `awaitPropagation`.
+   */
+  ackKey: Uint8Array;
 }
 
 /**
@@ -100,7 +105,7 @@ export class CatalogSnapshot {
     this.#reconnectDelayMs = this.#baseDelayMs;
     this.#heartbeatMs = options.heartbeatMs ?? 1000;
     this.#heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 1000;
-    this.#acks = new PropagationAcks(this.#pool, this.stalenessBoundMs);
+    this.#acks = new PropagationAcks(this.#pool, this.stalenessBoundMs, options.ackKey);
   }
 
   /**
@@ -393,7 +398,7 @@ export class CatalogSnapshot {
       if (this.#listener !== client) return;
       const announced = Number(message.payload);
       if (message.channel === ACK_CHANNEL) {
-        if (Number.isSafeInteger(announced)) this.#acks.received(message.processId, announced);
+        this.#acks.received(message.processId, message.payload ?? '');
         return;
       }
       if (message.channel !== CATALOG_CHANNEL) {
@@ -410,13 +415,20 @@ export class CatalogSnapshot {
       // Stale from this instant: callers wait for a read that starts after it.
       this.#fresh = false;
       this.#epoch++;
-      // Only now: whoever waits for this acknowledgement may rely on our next run confirming.
-      if (Number.isSafeInteger(announced)) this.#acks.acknowledge(client, announced);
-      void this.#confirm().catch((err: unknown) => {
-        // Closing meanwhile is no failure: nobody will read this snapshot again.
-        if (!this.#closed)
-          this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
-      });
+      void this.#confirm().then(
+        (state) => {
+          // Acknowledged once read again, and never past the generation read: anyone may
+          // NOTIFY a number (a forged 10^9), which must not be echoed, under our MAC, as one
+          // this process has seen — it would end a later change's wait early.
+          if (Number.isSafeInteger(announced) && this.#listener === client)
+            this.#acks.acknowledge(client, Math.min(announced, state.generation));
+        },
+        (err: unknown) => {
+          // Closing meanwhile is no failure: nobody will read this snapshot again.
+          if (!this.#closed)
+            this.#logger.warn({ err: (err as Error).message }, 'catalog reload failed');
+        },
+      );
     });
     const started = performance.now();
     try {

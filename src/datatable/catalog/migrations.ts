@@ -203,6 +203,17 @@ const MIGRATIONS: readonly Migration[] = [
       'revoke all on viewer_cache.secret_check from public',
     ],
   },
+  {
+    version: 9,
+    name: 'learned sets: last use',
+    statements: [
+      // When a process last read or grew each learned set (touched at most hourly), so sets of
+      // versions no longer served can be collected (LearnedSets.collect). A missing set is
+      // always safe: it is the full fingerprint until runs learn it again.
+      'alter table viewer_cache.learned_set add column used_at timestamptz not null default now()',
+      'create index learned_set_used_at on viewer_cache.learned_set (used_at)',
+    ],
+  },
 ];
 
 /** Every version this build knows, ascending (numbers reserved by other changes may be missing). */

@@ -1,3 +1,4 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import type pg from 'pg';
 import { queryInTurn } from '../../pg/pg_clients.js';
 
@@ -9,13 +10,19 @@ import { queryInTurn } from '../../pg/pg_clients.js';
  * Every process's listener, once LISTENing, holds a shared advisory lock, so the live listeners
  * are the lock's holders in `pg_locks` (a dead session's lock goes with it). Each listener
  * acknowledges every catalog notification on {@link ACK_CHANNEL} *after* it stopped trusting its
- * memory, so its next run confirms with Postgres. A process that made a change and wants it
+ * memory and read the generation again, never a generation past the one it read (a number
+ * anyone NOTIFYs is not echoed). A process that made a change and wants it
  * propagated LISTENs there before committing and waits, after the commit, for an
  * acknowledgement from every holder — at most the staleness bound (heartbeat + timeout), after
  * which a listener that said nothing has stopped trusting its memory anyway.
  *
- * Acknowledgements are advisory: anyone who can connect may NOTIFY the channel and make a wait
- * end early — then the change is only as fast as it is without waiting, never less safe.
+ * Acknowledgements are authenticated: each carries an HMAC, under a key derived from the
+ * deployment's secret, over the sender's backend pid and the generation, so only a process
+ * holding the secret can acknowledge, only for its own backend (Postgres says which one sent a
+ * notification) and only the generation it names. Anyone who can connect may NOTIFY the
+ * channel or take the listener lock, but what they send without the key is ignored: a session
+ * that joins the lock and acknowledges is waited for (to the bound) like a silent process,
+ * never counted, so a forged acknowledgement cannot make a change return early.
  */
 export const ACK_CHANNEL = 'viewer_cache_catalog_ack';
 /** Held shared by every live listener ('vclistnr' in ASCII). */
@@ -38,6 +45,7 @@ type Watcher = (pid: number, generation: number) => void;
 export class PropagationAcks {
   readonly #pool: pg.Pool;
   readonly #boundMs: number;
+  readonly #key: Uint8Array;
   #client: pg.Client | null = null;
   #ownPid = 0;
   #listening: Promise<unknown> | null = null;
@@ -46,9 +54,11 @@ export class PropagationAcks {
   #ackNext: number | null = null;
   #ackInFlight = false;
 
-  constructor(pool: pg.Pool, boundMs: number) {
+  /** @param key derived from the deployment's secret for this use alone */
+  constructor(pool: pg.Pool, boundMs: number, key: Uint8Array) {
     this.#pool = pool;
     this.#boundMs = boundMs;
+    this.#key = key;
   }
 
   /** The listener is LISTENing (on a new connection, or none): take the lock, re-LISTEN acks. */
@@ -63,8 +73,18 @@ export class PropagationAcks {
     this.#ackNext = null;
   }
 
-  /** An acknowledgement arrived on the listener. */
-  received(pid: number, generation: number): void {
+  /**
+   * An acknowledgement arrived on the listener: `pid` is the backend Postgres says sent it.
+   * Counted only when its MAC verifies for that backend and generation.
+   */
+  received(pid: number, payload: string): void {
+    if (this.#watchers.size === 0) return;
+    const match = /^(\d{1,15}) ([A-Za-z0-9_-]{43})$/.exec(payload);
+    if (match === null) return;
+    const generation = Number(match[1]);
+    const mac = Buffer.from(match[2] as string, 'base64url');
+    const expected = ackMac(this.#key, pid, generation);
+    if (mac.length !== expected.length || !timingSafeEqual(mac, expected)) return;
     for (const watcher of this.#watchers) watcher(pid, generation);
   }
 
@@ -79,9 +99,12 @@ export class PropagationAcks {
       return;
     }
     this.#ackInFlight = true;
+    // The backend that will send it (pg sets processID on connecting; not in its types).
+    const pid = (client as { processID?: number | null }).processID ?? this.#ownPid;
+    const mac = ackMac(this.#key, pid, generation).toString('base64url');
     queryInTurn(client, {
       text: 'select pg_notify($1, $2)',
-      values: [ACK_CHANNEL, String(generation)],
+      values: [ACK_CHANNEL, `${generation} ${mac}`],
     }).then(
       () => {
         this.#ackInFlight = false;
@@ -145,4 +168,11 @@ export class PropagationAcks {
     this.#listening ??= queryInTurn(client, `listen ${ACK_CHANNEL}`);
     return this.#listening;
   }
+}
+
+/** The MAC of an acknowledgement: bound to the sending backend and the generation. */
+function ackMac(key: Uint8Array, pid: number, generation: number): Buffer {
+  return createHmac('sha256', key)
+    .update(`viewer-cache propagation ack v1\0${pid}\0${generation}`)
+    .digest();
 }

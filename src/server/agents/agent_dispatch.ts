@@ -10,6 +10,7 @@ import type { AgentIdentity } from '../credentials/agent_tokens.js';
 import type { JobTokens } from '../credentials/tokens.js';
 import { AgentPresence } from './agent_presence.js';
 import { type AgentOutcome, failureOf, type TakenJob } from './agent_protocol.js';
+import { startTakeSpan, type TakeSpan } from './agent_tracing.js';
 
 /**
  * The agent dispatch port: where the server hands jobs to agent workers and hears back. The
@@ -54,6 +55,7 @@ interface Pending {
   readonly reject: (err: Error) => void;
   timer: NodeJS.Timeout;
   holder: AgentIdentity | null;
+  readonly takeSpan: TakeSpan;
 }
 
 interface Waiter {
@@ -113,6 +115,7 @@ export class InProcessAgentDispatch implements AgentDispatch {
         resolve,
         reject,
         holder: null,
+        takeSpan: startTakeSpan(),
         timer: setTimeout(() => {
           this.#drop(pending, group);
           reject(
@@ -217,12 +220,18 @@ export class InProcessAgentDispatch implements AgentDispatch {
     pending.holder = agent;
     this.presence.holds(agent, 1);
     this.#held.set(pending.job.id, pending);
-    return { job: pending.job, jobToken: this.#jobTokens.issue(pending.job) };
+    const traceparent = pending.takeSpan.taken();
+    return {
+      job: pending.job,
+      jobToken: this.#jobTokens.issue(pending.job),
+      ...(traceparent === null ? {} : { traceparent }),
+    };
   }
 
   /** Forgets a job wherever it is, and kills its token. */
   #drop(pending: Pending, group: string | null): void {
     clearTimeout(pending.timer);
+    pending.takeSpan.dropped();
     if (this.#held.get(pending.job.id) === pending) {
       this.#held.delete(pending.job.id);
       if (pending.holder !== null) this.presence.holds(pending.holder, -1);

@@ -33,6 +33,12 @@ export interface TakenJob {
    * when the dispatch needs beats (a job taken from the queue: its lock); absent otherwise.
    */
   readonly beatMs?: number;
+  /**
+   * The server's trace context for this job (W3C `traceparent`), when the server is traced: sent
+   * to the job's holder only; the agent's spans for it join the server's trace, and its
+   * proxied-query and finish requests carry it back (honoured beside the job's token only).
+   */
+  readonly traceparent?: string;
 }
 
 /** How an agent ended a job: its value, or the code (and a short message) of its failure. */

@@ -1,5 +1,6 @@
 import {
   AGENT_PROTOCOL_VERSION,
+  clientTraced,
   createExecutor,
   type Job,
   type JobExecutor,
@@ -8,10 +9,11 @@ import {
   type RawPythonOptions,
   ResultTooLargeError,
   type RunnableDefinition,
+  runTraced,
   ViewerCacheError,
 } from '../../index.js';
 import { PollBackoff } from '../process/poll_backoff.js';
-import { AGENT_PROTOCOL_HEADER } from './agent_protocol.js';
+import { AGENT_PROTOCOL_HEADER, JOB_TOKEN_HEADER, type TakenJob } from './agent_protocol.js';
 import { createProxyConnector } from './proxy_client.js';
 
 /** What an agent worker needs, and nothing else: no database, no Redis, no secret key. */
@@ -133,7 +135,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     if (failures > 0) logger.info({ failures }, 'agent reached the server again');
   };
 
-  const take = async (): Promise<{ job: Job; jobToken: string; beatMs?: number } | null> => {
+  const take = async (): Promise<TakenJob | null> => {
     const response = await fetch(new URL('/api/agent/jobs/take', serverUrl), {
       method: 'POST',
       headers,
@@ -156,6 +158,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       job?: Job;
       jobToken?: string;
       beatMs?: number;
+      traceparent?: unknown;
       error?: { code?: string; message?: string };
     };
     if (!response.ok || body.job === undefined || body.jobToken === undefined) {
@@ -171,11 +174,12 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       throw err;
     }
     reached();
-    const beatMs = body.beatMs;
+    const { beatMs, traceparent } = body;
     return {
       job: body.job,
       jobToken: body.jobToken,
       ...(typeof beatMs === 'number' && beatMs >= 100 ? { beatMs } : {}),
+      ...(typeof traceparent === 'string' ? { traceparent } : {}),
     };
   };
 
@@ -191,10 +195,18 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
       () => {},
     );
 
-  const finish = async (jobId: string, outcome: Record<string, unknown>) => {
-    const response = await fetch(
-      new URL(`/api/agent/jobs/${encodeURIComponent(jobId)}/finish`, serverUrl),
-      { method: 'POST', headers, body: JSON.stringify(outcome) },
+  const finish = async (jobId: string, jobToken: string, outcome: Record<string, unknown>) => {
+    // With the job's token, so that the server honours the trace context beside it.
+    const response = await clientTraced('viewer_cache.agent.finish', (traceparent) =>
+      fetch(new URL(`/api/agent/jobs/${encodeURIComponent(jobId)}/finish`, serverUrl), {
+        method: 'POST',
+        headers: {
+          ...headers,
+          [JOB_TOKEN_HEADER]: jobToken,
+          ...(traceparent === null ? {} : { traceparent }),
+        },
+        body: JSON.stringify(outcome),
+      }),
     );
     // Larger than the server takes from agents: the run fails with that code, not a bare one.
     if (response.status === 413) {
@@ -207,7 +219,13 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     }
   };
 
-  const runOne = async (job: Job, jobToken: string, beatMs: number | undefined) => {
+  // The run joins the server's trace when it handed one: the agent's spans are its children.
+  const runOne = ({ job, jobToken, beatMs, traceparent }: TakenJob) =>
+    runTraced(traceparent ?? null, 'viewer_cache.agent.run', () => runJob(job, jobToken, beatMs), {
+      'viewer_cache.runnable.path': job.runnable.path,
+    });
+
+  const runJob = async (job: Job, jobToken: string, beatMs: number | undefined) => {
     const started = performance.now();
     const beating = beatMs === undefined ? undefined : setInterval(() => void beat(job.id), beatMs);
     tokens.set(job.id, jobToken);
@@ -222,11 +240,11 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
     let code = 'ok';
     try {
       const result = await executor.run(job, { dispatcher });
-      await finish(job.id, { ok: true, value: result.value ?? null });
+      await finish(job.id, jobToken, { ok: true, value: result.value ?? null });
     } catch (thrown) {
       const err = thrown as { code?: unknown; message?: unknown; sqlstate?: unknown };
       code = typeof err.code === 'string' ? err.code : 'E_EXECUTOR_FAILED';
-      await finish(job.id, {
+      await finish(job.id, jobToken, {
         ok: false,
         code,
         message: typeof err.message === 'string' ? err.message : '',
@@ -244,7 +262,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
 
   const slot = async () => {
     while (!stopping.signal.aborted) {
-      let taken: { job: Job; jobToken: string; beatMs?: number } | null;
+      let taken: TakenJob | null;
       try {
         taken = await take();
       } catch (err) {
@@ -252,7 +270,7 @@ export function startAgentWorker(options: AgentWorkerOptions): RunningAgent {
         await waitToRetry(err);
         continue;
       }
-      if (taken !== null) await runOne(taken.job, taken.jobToken, taken.beatMs);
+      if (taken !== null) await runOne(taken);
     }
   };
 

@@ -2,6 +2,7 @@ import {
   AGENT_PROTOCOL_VERSION,
   accessToRoleName,
   type CopyBound,
+  clientTraced,
   type DatatableConnector,
   type DatatableLease,
   type DatatableQueryResult,
@@ -68,21 +69,25 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
         values: readonly unknown[] | undefined,
         copy: CopyBound | undefined,
       ): Promise<DatatableQueryResult> => {
-        const response = await fetch(url, {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${options.agentToken}`,
-            [AGENT_PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
-            [JOB_TOKEN_HEADER]: jobToken,
-            'content-type': 'application/json',
-          },
-          body: JSON.stringify({
-            reference,
-            sql: text,
-            params: values ?? [],
-            ...(copy === undefined ? {} : { copy }),
+        // One CLIENT span per statement; its context goes with it (the server's span joins it).
+        const response = await clientTraced('viewer_cache.agent.query', (traceparent) =>
+          fetch(url, {
+            method: 'POST',
+            headers: {
+              authorization: `Bearer ${options.agentToken}`,
+              [AGENT_PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
+              [JOB_TOKEN_HEADER]: jobToken,
+              'content-type': 'application/json',
+              ...(traceparent === null ? {} : { traceparent }),
+            },
+            body: JSON.stringify({
+              reference,
+              sql: text,
+              params: values ?? [],
+              ...(copy === undefined ? {} : { copy }),
+            }),
           }),
-        });
+        );
         const body = (await response.json().catch(() => null)) as
           | (DatatableQueryResult & {
               error?: { code?: string; message?: string; sqlstate?: string };

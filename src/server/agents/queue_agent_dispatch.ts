@@ -13,6 +13,7 @@ import type { JobTokens } from '../credentials/tokens.js';
 import { type AgentDispatch, agentResult } from './agent_dispatch.js';
 import { AgentPresence } from './agent_presence.js';
 import { type AgentOutcome, failureOf, type TakenJob } from './agent_protocol.js';
+import { startTakeSpan } from './agent_tracing.js';
 
 interface Holding {
   readonly agent: AgentIdentity;
@@ -174,10 +175,13 @@ export class QueueAgentDispatch implements AgentDispatch {
           this.#holding.set(handed.id, holding);
           this.presence.holds(agent, 1);
           this.#listen(holding);
+          // Called by the cache's run of the job: its context is the run's, the take a child.
+          const traceparent = startTakeSpan().taken();
           resolve({
             job: handed,
             jobToken: this.#jobTokens.issue(handed),
             beatMs: Math.max(250, Math.floor(this.#lockMs / 3)),
+            ...(traceparent === null ? {} : { traceparent }),
           });
         });
       });

@@ -198,12 +198,19 @@ export function addCatalogCommands(program: Command): void {
     );
   logins
     .command('gc')
-    .description('retire set logins no viewer resolves to any more (safe protocol)')
+    .description(
+      'retire set logins no viewer resolves to any more (safe protocol), and collect learned dependency sets unused for 30 days',
+    )
     .action(() =>
       withCatalog(async ({ datatables }) => {
         const retired = await datatables.gcLogins();
-        output(program, { retired }, ({ retired: list }) =>
-          list.length === 0 ? 'nothing to retire' : `retired ${list.join(', ')}`,
+        // Sets of runnable versions no longer served: safe to drop (the full fingerprint).
+        const learnedSetsRemoved = await datatables.gcLearnedSets();
+        output(program, { retired, learnedSetsRemoved }, ({ retired: list }) =>
+          [
+            list.length === 0 ? 'nothing to retire' : `retired ${list.join(', ')}`,
+            `collected ${learnedSetsRemoved} unused learned dependency set(s)`,
+          ].join('\n'),
         );
       }),
     );

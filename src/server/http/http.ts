@@ -1,4 +1,4 @@
-// The route table (~300 lines): kept in one file so that how each route records its viewer reads
+// The route table (over 450 lines on purpose): kept in one file so that how each route records its viewer reads
 // in one place; errors, schemas and the reply/log ends live beside it (http_*.ts).
 import Fastify, { type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
@@ -24,6 +24,7 @@ import { requireCachingDecisions, setLiveHeaders } from './http_caching.js';
 import { answerClientError, HttpError, toHttpError } from './http_errors.js';
 import { registerExplainRoute } from './http_explain.js';
 import { deferredChildLogger } from './http_logger.js';
+import { registerOperatorRoutes } from './http_operator.js';
 import { type RecipientRouteDeps, registerRecipientRoutes } from './http_recipients.js';
 import { RequestLog, sendResult } from './http_reply.js';
 import { traceRequests } from './http_tracing.js';
@@ -42,7 +43,6 @@ import {
   runBody,
   workspaceParams,
 } from './http_schemas.js';
-import { type Check, createReadiness } from './readiness.js';
 import { requestIdOf } from './request_id.js';
 import { logRunFailure, type RunContext } from './run_failure_log.js';
 
@@ -455,60 +455,8 @@ export function buildHttpApp(deps: HttpDeps) {
     },
   );
 
-  app.get('/api/cache/stats', { config: live }, async () => ({
-    ...cache.stats,
-    inFlight: cache.inFlight,
-    catalogGeneration: deps.datatables.generation,
-    catalogListener: deps.datatables.listenerUp,
-    invalidationBus: deps.busState?.() ?? 'none',
-  }));
-
-  app.get('/healthz', { config: live }, async () => ({ ok: true }));
-  // Each dependency asked at once and answered within a bound (readiness.ts): a hung
-  // PostgreSQL or Redis is `timeout`, never a hung probe.
-  let workers: number | undefined;
-  const checks: Record<string, Check> = {
-    postgres: () => deps.datatables.ping().then(() => 'ok'),
-  };
-  if (deps.storeState) checks['redis'] = deps.storeState;
-  if (deps.liveWorkers) {
-    const liveWorkers = deps.liveWorkers;
-    // Jobs on workers: misses wait for one, so none alive is not ready.
-    checks['workers'] = async () => {
-      workers = 0; // until this round's count arrives (a timeout reports none)
-      workers = await liveWorkers();
-      return workers > 0 ? 'ok' : 'none';
-    };
-  }
-  const group = deps.agentGroup;
-  const presence = deps.agents?.dispatch.presence;
-  if (presence !== undefined && group !== undefined) {
-    // Jobs on agents of the server's group: none connected is not ready.
-    checks['agents'] = async () =>
-      Object.entries(presence.groups()).some(([key, n]) => key.endsWith(`/${group}`) && n > 0)
-        ? 'ok'
-        : 'none';
-  }
-  const readiness = createReadiness(checks);
-  app.get('/readyz', { config: live }, async (_request, reply) => {
-    const { status, checks: states } = await readiness();
-    // Reported, not required: an unconfirmed bus costs a round trip per lookup, never a stale
-    // entry, and the runs are still cached.
-    const bus = deps.busState?.();
-    const agents = presence?.groups();
-    return reply.status(status).send({
-      ok: status === 200,
-      checks: states,
-      ...(bus === undefined ? {} : { invalidations: bus }),
-      ...(workers === undefined ? {} : { workers }),
-      ...(agents === undefined ? {} : { agents }),
-    });
-  });
-
-  app.get('/metrics', { config: live }, async (_request, reply) => {
-    reply.header('content-type', metrics.registry.contentType);
-    return metrics.registry.metrics();
-  });
+  // What an operator asks of the process: counters, liveness, readiness, metrics.
+  registerOperatorRoutes(app, deps);
 
   return app;
 }

@@ -1,3 +1,4 @@
+import { SpanKind } from '@opentelemetry/api';
 import type {
   FastifyBaseLogger,
   FastifyInstance,
@@ -15,6 +16,7 @@ import {
   type RawQueryProxyLimits,
   runProxiedQuery,
   runProxiedRoleCheck,
+  runTraced,
   ViewerCacheError,
 } from '../../index.js';
 import type { AgentDispatch } from '../agents/agent_dispatch.js';
@@ -27,6 +29,12 @@ import {
 } from '../agents/agent_protocol.js';
 import type { AgentIdentity, AgentTokens } from '../credentials/agent_tokens.js';
 import { HttpError } from './http_errors.js';
+
+/** The `traceparent` an agent sent (checked by the span's start), or null. */
+function traceOf(request: FastifyRequest): string | null {
+  const value = request.headers['traceparent'];
+  return typeof value === 'string' ? value : null;
+}
 
 export interface AgentRouteDeps {
   readonly agentTokens: AgentTokens;
@@ -147,6 +155,13 @@ export function registerAgentRoutes(
     agents.set(request, agent);
   };
   const agentOf = (request: FastifyRequest) => agents.get(request)!;
+  // The job a request's job token stands for, when this agent holds it; else null.
+  const jobOfRequest = (request: FastifyRequest, agent: AgentIdentity) => {
+    const jobToken = request.headers[JOB_TOKEN_HEADER];
+    return typeof jobToken === 'string' && jobToken !== ''
+      ? dispatch.jobOfToken(agent, jobToken)
+      : null;
+  };
   // Closing waits for requests in flight: open long-polls answer "no job" now, not at their end.
   app.addHook('preClose', (done) => {
     dispatch.endTakes();
@@ -162,7 +177,7 @@ export function registerAgentRoutes(
       reply.raw.once('close', () => abort.abort());
       const taken = await dispatch.take(agentOf(request), request.body.waitMs ?? 0, abort.signal);
       if (taken === null) return reply.status(204).send();
-      const { job, jobToken, beatMs } = taken;
+      const { job, jobToken, beatMs, traceparent } = taken;
       return reply.send({
         job: {
           id: job.id,
@@ -175,6 +190,7 @@ export function registerAgentRoutes(
         },
         jobToken,
         ...(beatMs === undefined ? {} : { beatMs }),
+        ...(traceparent === undefined ? {} : { traceparent }),
       });
     },
   );
@@ -211,7 +227,16 @@ export function registerAgentRoutes(
             message: message ?? '',
             ...(sqlstate === undefined ? {} : { sqlstate }),
           };
-      if (!dispatch.finish(agentOf(request), request.params.id, outcome)) {
+      const agent = agentOf(request);
+      const job = jobOfRequest(request, agent);
+      const finished = await runTraced(
+        job?.id === request.params.id ? traceOf(request) : null,
+        'viewer_cache.agent.finish',
+        async () => dispatch.finish(agent, request.params.id, outcome),
+        {},
+        SpanKind.SERVER,
+      );
+      if (!finished) {
         throw new HttpError(404, 'E_UNKNOWN_JOB', 'this agent holds no running job with that id');
       }
       return reply.status(204).send();
@@ -226,20 +251,28 @@ export function registerAgentRoutes(
     async (request, reply) => {
       const agent = agentOf(request);
       const jobToken = request.headers[JOB_TOKEN_HEADER];
-      const result = await runProxiedQuery(
-        {
-          protocol: AGENT_PROTOCOL_VERSION,
-          jobToken: typeof jobToken === 'string' ? jobToken : '',
-          reference: request.body.reference,
-          sql: request.body.sql,
-          params: request.body.params ?? [],
-          ...(request.body.copy === undefined ? {} : { copy: request.body.copy }),
-        },
-        {
-          jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
-          connector: deps.datatables,
-          ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
-        },
+      const traceparent = jobOfRequest(request, agent) === null ? null : traceOf(request);
+      const result = await runTraced(
+        traceparent,
+        'viewer_cache.agent.query',
+        () =>
+          runProxiedQuery(
+            {
+              protocol: AGENT_PROTOCOL_VERSION,
+              jobToken: typeof jobToken === 'string' ? jobToken : '',
+              reference: request.body.reference,
+              sql: request.body.sql,
+              params: request.body.params ?? [],
+              ...(request.body.copy === undefined ? {} : { copy: request.body.copy }),
+            },
+            {
+              jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
+              connector: deps.datatables,
+              ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
+            },
+          ),
+        {},
+        SpanKind.SERVER,
       ).catch((err: unknown) => {
         const failed = statementFailure(err);
         if (failed === null) throw err;

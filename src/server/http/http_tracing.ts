@@ -3,7 +3,8 @@
  * the URL: a path segment or query string can carry a token or an args value), child of the
  * caller's `traceparent` when one came (W3C trace context, through the propagator the user's SDK
  * registered). A run started by the request runs inside it, so the run's spans join the trace.
- * Hooked only when an SDK is registered as the app is built: otherwise no hook at all.
+ * Hooked only when an SDK is registered as the app is built: otherwise no hook at all. Not on the
+ * agents' routes (see http_agents.ts: their spans join a trace only beside a job's token).
  */
 import {
   context,
@@ -28,6 +29,13 @@ export function traceRequests(app: FastifyInstance): WithinRequest {
   if (tracer === null) return untraced;
   const spans = new WeakMap<FastifyRequest, Span>();
   app.addHook('onRequest', (request, _reply, done) => {
+    // Agents' requests: their routes make their own spans, joined to a trace only beside the
+    // job's token (a `traceparent` alone must not graft spans onto someone's trace), and an
+    // idle agent's long-polls are not worth a trace each.
+    if (request.routeOptions.url?.startsWith('/api/agent/') === true) {
+      done();
+      return;
+    }
     const parent = propagation.extract(ROOT_CONTEXT, request.headers);
     const span = tracer.startSpan(
       request.method,

@@ -89,7 +89,12 @@ describe('one connection cap per process', () => {
       'carol@example.com',
     ]) {
       await runFor(executor, 'held', app(viewer));
-      expect(await loginConnections()).toBeLessThanOrEqual(CAP);
+      // What this process holds open never exceeds the cap; the server's view of the closed
+      // pool's backend can lag its close by a moment under load (its exit is asynchronous).
+      expect(capped.connections.open).toBeLessThanOrEqual(CAP);
+      await waitUntil('the server sees at most the cap', async () => {
+        return (await loginConnections()) <= CAP;
+      });
     }
   });
 

@@ -148,7 +148,7 @@ const CASES: Case[] = [
     sql: 'select id from t_revoke order by id',
     before: [1, 3],
     change: (r) => [`revoke select on t_revoke from ${r}`],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'grant',
@@ -168,7 +168,7 @@ const CASES: Case[] = [
     sql: 'select amount from t_col order by id',
     before: [10, 430],
     change: (r) => [`revoke select (amount) on t_col from ${r}`],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'revoke on a schema',
@@ -180,7 +180,7 @@ const CASES: Case[] = [
     sql: 'select id from s_rules.t_schema order by id',
     before: [1, 3],
     change: (r) => [`revoke usage on schema s_rules from ${r}`],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'revoke on a function',
@@ -190,7 +190,7 @@ const CASES: Case[] = [
     sql: 'select fn_priv()',
     before: [42],
     change: () => ['revoke execute on function fn_priv() from public'],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'disable row level security',
@@ -258,7 +258,7 @@ const CASES: Case[] = [
     sql: 'select * from fndrop_ids()',
     before: [1, 3],
     change: () => ['drop function fndrop_ids()'],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'table dropped',
@@ -266,7 +266,7 @@ const CASES: Case[] = [
     sql: 'select id from t_gone order by id',
     before: [1, 3],
     change: () => ['drop table t_gone'],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
   {
     name: 'table renamed',
@@ -274,7 +274,7 @@ const CASES: Case[] = [
     sql: 'select id from t_renamed order by id',
     before: [1, 3],
     change: () => ['alter table t_renamed rename to t_renamed_old'],
-    after: { code: 'E_EXECUTOR_FAILED' },
+    after: { code: 'E_QUERY_FAILED' },
   },
 ];
 

@@ -151,7 +151,7 @@ describe('without the event trigger: a digest of the rules read every heartbeat'
           await run(p, 'other');
           return false;
         } catch (err) {
-          return (err as { code?: string }).code === 'E_EXECUTOR_FAILED';
+          return (err as { code?: string }).code === 'E_QUERY_FAILED';
         }
       });
       expect(await run(p, 'main')).toEqual({ fromCache: true, rows: [3] });
