@@ -19,8 +19,12 @@ const MAX_TEXT = 300;
  * ("permission denied for table orders", "syntax error at or near …"), enough to find the
  * statement; the SQLSTATE and the code travel in their own fields.
  */
-export function redactErrorText(text: string): string {
-  const redacted = text
+export function redactErrorText(text: string, values: readonly string[] = []): string {
+  let own = text;
+  // The run's own values first, whatever their shape: an args value or a signed attribute a
+  // runnable put in its message unquoted (`no orders for emea`) is no less the caller's.
+  for (const value of values) if (value.length >= 2) own = own.split(value).join('[value]');
+  const redacted = own
     .replace(/[^\s@"'`]+@[^\s@"'`]+/g, '[email]')
     .replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`/g, '"…"')
     .replace(/\b[0-9a-f]{16,}\b/gi, '#')
@@ -51,8 +55,30 @@ export function logRunFailure(
     code: answer.code,
     status: answer.status,
     ...(answer.sqlstate === undefined ? {} : { sqlstate: answer.sqlstate }),
-    err: redactErrorText(error.message),
+    err: redactErrorText(error.message, valuesOf(job)),
   };
   if (answer.status >= 500) log.error(line, 'run failed');
   else log.warn(line, 'run refused');
+}
+
+/** Every value of `job` a line must not repeat: its args' leaves, its viewer, its embed identity. */
+export function valuesOf(job: Job): string[] {
+  const values = new Set<string>();
+  const walk = (value: unknown, depth: number): void => {
+    if (depth > 64 || value === null || value === undefined) return;
+    if (typeof value === 'string') values.add(value);
+    else if (typeof value === 'number' || typeof value === 'bigint') values.add(String(value));
+    else if (typeof value === 'object') {
+      for (const inner of Object.values(value as Record<string, unknown>)) walk(inner, depth + 1);
+    }
+  };
+  walk(job.args, 0);
+  if (job.perms.endUserEmail !== null) values.add(job.perms.endUserEmail);
+  const embed = job.perms.embed;
+  if (embed !== undefined) {
+    walk(embed.attributes, 0);
+    if (embed.email !== null) values.add(embed.email);
+  }
+  // Longest first: a value that contains a shorter one is taken out whole.
+  return [...values].sort((a, b) => b.length - a.length);
 }
