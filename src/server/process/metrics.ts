@@ -64,6 +64,9 @@ export function createMetrics(
     labelNames: ['event'] as const,
     registers: [registry],
   });
+  // Every event's series exists from the start at 0: a rate over an absent series is no data,
+  // not zero, and a process that only reuses logins would otherwise never expose the label.
+  for (const event of ['created', 'taken_back', 'retired'] as const) logins.inc({ event }, 0);
   datatables.events.on('login:created', () => logins.inc({ event: 'created' }));
   datatables.events.on('login:taken-back', () => logins.inc({ event: 'taken_back' }));
   datatables.events.on('login:retired', () => logins.inc({ event: 'retired' }));
