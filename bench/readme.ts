@@ -121,8 +121,13 @@ route with nothing else started.
 - \`value_hit.ts\` — a hit that returns the parsed *value* (1 KiB), through
   \`createViewerCache(...).run\` and through \`withResultCache\` handed the same jobs as the peer,
   against \`Map.get\` + the same \`JSON.parse\` (the floor, ≤ 1.3×) and BentoCache
-  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64. Alone:
-  \`npx tsx bench/value_hit.ts\`.
+  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64; \`value_hit_shared\`
+  is the same hit with \`values: 'shared'\` (one frozen value per entry, no parse per hit).
+  Alone: \`npx tsx bench/value_hit.ts\`.
+- \`hit_ab.ts\` — not part of \`npm run bench\`: the library's hits (value, Redis, sealed
+  Redis) of two builds in one process, interleaved with their floors, for a before/after:
+  \`VC_BASE_SRC=/tmp/base/src npx tsx bench/hit_ab.ts\` after
+  \`git archive <commit> src | tar -x -C /tmp/base\`.
 - \`memory_per_entry.ts\` — bytes, not time: 100 k entries of 1 KiB JSON through
   \`createViewerCache(...).run\` against a bare \`lru-cache\` holding the same JSON, each filled
   in a process of its own (\`memory_entry_process.ts\`, \`--expose-gc\`, full GCs before and
