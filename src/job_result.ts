@@ -111,14 +111,21 @@ export class SharedStoredResult extends StoredResult {
   }
 }
 
-/** Freezes a parsed JSON value and everything in it. */
+/**
+ * Freezes a parsed JSON value and everything in it. With a stack of its own rather than
+ * recursion: JSON.parse reads nesting deeper than the call stack allows.
+ */
 export function deepFreeze<T>(value: T): T {
-  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
-  Object.freeze(value);
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) deepFreeze(value[i]);
-  } else {
-    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key]);
+  const todo: unknown[] = [value];
+  while (todo.length > 0) {
+    const next = todo.pop();
+    if (typeof next !== 'object' || next === null || Object.isFrozen(next)) continue;
+    Object.freeze(next);
+    if (Array.isArray(next)) {
+      for (let i = 0; i < next.length; i++) todo.push(next[i]);
+    } else {
+      for (const key of Object.keys(next)) todo.push((next as Record<string, unknown>)[key]);
+    }
   }
   return value;
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createViewerCache, MemoryCacheStore, withResultCache } from '../../src/index.js';
+import { deepFreeze } from '../../src/job_result.js';
 import { CountingExecutor } from '../helpers/counting_executor.js';
 import { makeJob } from '../helpers/jobs.js';
 
@@ -91,6 +92,22 @@ describe("values: 'shared' — one frozen value per entry, never across keys", (
     expect(Object.isFrozen(miss.value)).toBe(false);
     const hit = await cache.run(job);
     expect(Buffer.from(hit.json()).toString()).toBe(JSON.stringify(rows()));
+  });
+});
+
+describe('deepFreeze', () => {
+  it('freezes nesting deeper than the call stack (JSON.parse reads it)', () => {
+    const depth = 50_000;
+    const value = JSON.parse(`${'['.repeat(depth)}1${']'.repeat(depth)}`) as unknown[];
+    deepFreeze(value);
+    let inner: unknown = value;
+    let frozen = 0;
+    for (let i = 0; i < depth; i++) {
+      if (Object.isFrozen(inner)) frozen++;
+      inner = (inner as unknown[])[0];
+    }
+    expect(frozen).toBe(depth);
+    expect(inner).toBe(1);
   });
 });
 
