@@ -44,6 +44,11 @@ let env: NodeJS.ProcessEnv;
 let server: ServerProcess;
 let url = '';
 const agents: ChildProcess[] = [];
+/** A query-proxy answer, as the test reads it. */
+interface Answer {
+  transaction?: string | null;
+  error?: { code?: string };
+}
 const tokens: Record<string, string> = {};
 let local: Datatables | undefined;
 
@@ -255,7 +260,7 @@ describe('transactions of a runnable on an agent', { timeout: 120_000 }, () => {
       const text = await response.text();
       return {
         status: response.status,
-        json: text === '' ? null : (JSON.parse(text) as Record<string, any>),
+        json: text === '' ? null : (JSON.parse(text) as Answer),
       };
     };
     // Played by the test (no agent process runs now): a job for Alice and one for Bob.
@@ -288,23 +293,23 @@ describe('transactions of a runnable on an agent', { timeout: 120_000 }, () => {
       );
     const opened = await q(a.jobToken, 'begin', null);
     expect(opened.status).toBe(200);
-    const tx = opened.json!['transaction'] as string;
+    const tx = opened.json!.transaction as string;
     expect(tx).toMatch(/^vcx_/);
     expect((await q(a.jobToken, 'insert into demo.tx_notes values (30, null)', tx)).status).toBe(
       200,
     );
     // Bob's job's token with Alice's transaction: nothing.
     const stolen = await q(b.jobToken, 'insert into demo.tx_notes values (31, null)', tx);
-    expect([stolen.status, stolen.json?.['error']?.code]).toEqual([404, 'E_TRANSACTION_UNKNOWN']);
+    expect([stolen.status, stolen.json?.error?.code]).toEqual([404, 'E_TRANSACTION_UNKNOWN']);
     const stolenCommit = await q(b.jobToken, 'commit', tx);
-    expect(stolenCommit.json?.['error']?.code).toBe('E_TRANSACTION_UNKNOWN');
+    expect(stolenCommit.json?.error?.code).toBe('E_TRANSACTION_UNKNOWN');
     // Alice's job finishes without committing: its token dies, the transaction is rolled back.
     expect(
       (await post(fixtureToken, `/api/agent/jobs/${a.job.id}/finish`, { ok: true, value: 'a' }))
         .status,
     ).toBe(204);
     const late = await q(a.jobToken, 'commit', tx);
-    expect(late.json?.['error']?.code).toBe('E_JOB_TOKEN_INVALID');
+    expect(late.json?.error?.code).toBe('E_JOB_TOKEN_INVALID');
     await waitUntil(
       'no session is left in a transaction',
       async () => (await inTransaction()) === 0,
