@@ -9,7 +9,8 @@
  * and no call of a function named `set_config` anywhere in it. Everything else is refused:
  * SET and RESET in every spelling (quoted `"role"`, `LOCAL`, `SESSION AUTHORIZATION`, `RESET ALL`),
  * `set_config('role', …)` however its arguments are built, EXECUTE of a prepared statement, DO,
- * CALL, PREPARE, COPY, DISCARD, transaction control and all DDL. An allowlist of what the
+ * CALL, PREPARE, COPY, DISCARD, transaction control (outside the proxy's own transactions, see
+ * {@link transactionVerdict}) and all DDL. An allowlist of what the
  * grammar *decided* the text is, rather than a scan for words that look like a role change: a
  * spelling nobody thought of is a kind not on the list.
  *
