@@ -77,6 +77,7 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
         text: string,
         values: readonly unknown[] | undefined,
         copy: CopyBound | undefined,
+        signal?: AbortSignal,
       ): Promise<DatatableQueryResult> => {
         // One CLIENT span per statement; its context goes with it (the server's span joins it).
         const response = await clientTraced('viewer_cache.agent.query', (traceparent) =>
@@ -96,6 +97,7 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
               transaction,
               ...(copy === undefined ? {} : { copy }),
             }),
+            ...(signal === undefined ? {} : { signal }),
           }),
         );
         const body = (await response.json().catch(() => null)) as
@@ -140,14 +142,22 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
         copy,
         // A transaction the runnable left open is rolled back, as closing its connection does in
         // process (and the server rolls it back anyway when the job ends or its bounds pass).
+        // Not in turn, and bounded: a statement still in flight (a job that timed out) is not
+        // waited for; the server orders it before the ROLLBACK, or, for a BEGIN still in flight,
+        // rolls it back when the job ends.
         release: async () => {
-          await turn;
-          if (transaction !== null) await ask('rollback', [], undefined).catch(() => {});
+          if (transaction === null) return;
+          await send('rollback', [], undefined, AbortSignal.timeout(RELEASE_ROLLBACK_MS)).catch(
+            () => {},
+          );
         },
       };
     },
   };
 }
+
+/** Longest a released client waits for the ROLLBACK of a transaction left open (ms). */
+const RELEASE_ROLLBACK_MS = 5000;
 
 /**
  * A statement Postgres refused on the server, in the shape pg gives it in process (`code` is the
