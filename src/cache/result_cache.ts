@@ -159,8 +159,10 @@ class ResultCache implements CachedExecutor {
       const passDown = options?.dispatcher ? options : this.#passDown;
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
+      // A miss the caller just had (a queue worker's job): no second read of the store.
+      const known = options?.knownMiss === true;
       if (this.#fingerprint === null)
-        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown), known);
       let fingerprint: ReturnType<FingerprintFn>;
       try {
         fingerprint = this.#fingerprint(job);
@@ -170,12 +172,12 @@ class ResultCache implements CachedExecutor {
       // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
       if (!isThenable(fingerprint)) {
         this.#fingerprintAnswered();
-        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown), known);
       }
       return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
-          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown));
+          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown), known);
         },
         (err: unknown) => this.#fingerprintFailed(job, err, passDown),
       );
@@ -205,13 +207,17 @@ class ResultCache implements CachedExecutor {
     this.#logger.info('cache fingerprint answering again');
   }
 
-  /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
-  #lookup(run: CacheRun): Promise<JobResult> {
+  /**
+   * Read before you lock: join a flight, or read the store, and only on a miss execute.
+   * `knownMiss`: the caller missed this key a moment ago; the store is not read again.
+   */
+  #lookup(run: CacheRun, knownMiss = false): Promise<JobResult> {
     // No lookup at all while nothing is in flight, the usual state on a warm cache.
     if (this.#flights.size > 0) {
       const pending = this.#flights.get(run.key);
       if (pending !== undefined) return this.#join(run, pending);
     }
+    if (knownMiss) return this.#miss(run);
 
     // One clock reading for the whole lookup (the breaker, the memory tier, the envelope).
     const now = this.#now();

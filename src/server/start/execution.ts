@@ -94,7 +94,12 @@ export async function queueExecution(
   const queueRedis = openQueueRedis(config, logger);
   releases.push(() => queueRedis.quit());
   // Job tokens are shared (every server accepts a worker's), also those of the children here.
-  const shared = new SharedJobTokens({ redis: queueRedis, prefix: config.queuePrefix, logger });
+  const shared = new SharedJobTokens({
+    redis: queueRedis,
+    secretKey,
+    prefix: config.queuePrefix,
+    logger,
+  });
   const local = localExecutor(assembly, shared);
   const queue = createQueueExecutor({
     executor: local,
