@@ -5,12 +5,19 @@ import type { Job, JobPerms } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { permsFromJson } from './job_records.js';
 import { QUEUE_DEFAULTS } from './queue_names.js';
+import { CHILD_QUEUE_DEPTHS, queuedRun } from './queued_run.js';
 
 /** What a live job token stands for: its job's workspace and perms. */
 export interface SharedJobTokenGrant {
   readonly jobId: string;
   readonly workspace: string;
   readonly perms: JobPerms;
+  /**
+   * The nesting depth of the queued job the token was issued to (on a worker): its job-token
+   * children go to the queue one deeper. Absent for a job that did not come from the queue (a
+   * server's own run): its children run on the server that receives them, in process.
+   */
+  readonly depth?: number;
 }
 
 /** The Redis commands the tokens need (ioredis `Redis` or `Cluster`). */
@@ -71,7 +78,10 @@ export class SharedJobTokens implements JobTokenIssuer {
     const secret = randomBytes(32);
     const token = PREFIX + secret.toString('base64url');
     const key = this.#keyOf(token);
-    const grant = JSON.stringify([job.id, job.workspace, JSON.stringify(job.perms)]);
+    // Issued inside a queued job (a worker): the job's depth, from the queue it was taken from.
+    const depth = queuedRun()?.depth;
+    const fields = [job.id, job.workspace, JSON.stringify(job.perms)];
+    const grant = JSON.stringify(depth === undefined ? fields : [...fields, depth]);
     await bounded(this.#redis.set(key, seal(token, key, grant), 'PX', this.#maxLifeMs));
     this.#byJob.set(job.id, key);
     return token;
@@ -98,8 +108,12 @@ export class SharedJobTokens implements JobTokenIssuer {
     if (sealed === null) return null;
     const text = open(token, key, sealed);
     if (text === null) return null;
-    const [jobId, workspace, perms] = JSON.parse(text) as [string, string, string];
-    return { jobId, workspace, perms: permsFromJson(perms) };
+    const [jobId, workspace, perms, depth] = JSON.parse(text) as [string, string, string, unknown?];
+    const grant = { jobId, workspace, perms: permsFromJson(perms) };
+    if (depth === undefined) return grant;
+    if (!Number.isInteger(depth) || (depth as number) < 0 || (depth as number) > CHILD_QUEUE_DEPTHS)
+      return null;
+    return { ...grant, depth: depth as number };
   }
 
   /** The key a token's grant lives under (in the queue's hash tag: one slot on a Cluster). */
