@@ -25,6 +25,7 @@ const SECRET = randomBytes(32).toString('hex');
 if (BASELINE === '' || DATABASE_URL === '') throw new Error('give BASELINE_ROOT and DATABASE_URL');
 
 const children: ChildProcess[] = [];
+const databases: string[] = [];
 function start(root: string, env: NodeJS.ProcessEnv, command: string, args: string[] = []) {
   const child = spawn(
     process.execPath,
@@ -52,6 +53,7 @@ async function deployment(label: string, root: string) {
   const admin = new pg.Client({ connectionString: DATABASE_URL });
   await admin.connect();
   await admin.query(`create database ${tag}`);
+  databases.push(tag);
   await admin.end();
   const url = new URL(DATABASE_URL);
   url.pathname = `/${tag}`;
@@ -138,6 +140,19 @@ try {
     `remote_child p50, now / baseline: ${ratio(`${now.label}: remote_child, child a miss`, `${before.label}: remote_child, child a miss`).toFixed(2)}`,
   );
 } finally {
-  for (const child of children) child.kill('SIGTERM');
+  await Promise.all(
+    children.map(
+      (child) =>
+        new Promise((resolve) => {
+          if (child.exitCode !== null) return resolve(null);
+          child.once('exit', resolve);
+          child.kill('SIGTERM');
+        }),
+    ),
+  );
+  const admin = new pg.Client({ connectionString: DATABASE_URL });
+  await admin.connect();
+  for (const tag of databases) await admin.query(`drop database if exists ${tag} with (force)`);
+  await admin.end();
   redis.disconnect();
 }
