@@ -560,13 +560,14 @@ export const NoWorkersError = defineError(
 );
 export type NoWorkersError = InstanceType<typeof NoWorkersError>;
 /**
- * A queue worker asked to start a child run over HTTP (a runnable using its job token) without
- * the servers' address: the operator's missing setting, never the caller's bad request.
+ * A queue worker asked to start a child run over HTTP (a runnable using its job token) with no
+ * address to send it to: its job's server sealed none (a server of an earlier version) and the
+ * worker has no VIEWER_CACHE_SERVER_URL. The operator's to fix, never the caller's bad request.
  */
 export const WorkerMisconfiguredError = defineError(
   'E_WORKER_MISCONFIGURED',
   'WorkerMisconfiguredError',
-  "this worker cannot start child runs over HTTP: its operator has not set VIEWER_CACHE_SERVER_URL (the servers' address)",
+  "this worker cannot start child runs over HTTP: the job's server advertised no address (a server of an earlier version?) and VIEWER_CACHE_SERVER_URL is not set on the worker",
   503,
 );
 export type WorkerMisconfiguredError = InstanceType<typeof WorkerMisconfiguredError>;

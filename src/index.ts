@@ -220,6 +220,8 @@ export type {
   RawQueueWorkerOptions,
 } from './queue/queue_worker.js';
 export { createQueueWorker } from './queue/queue_worker.js';
+export type { QueuedRun } from './queue/queued_run.js';
+export { CHILD_QUEUE_DEPTHS, childQueueName, queuedRun } from './queue/queued_run.js';
 export type {
   JobTokenRedis,
   RawSharedJobTokensOptions,

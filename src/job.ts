@@ -68,7 +68,15 @@ export type RunOrigin =
   /** A per-viewer embed link: a host application's assertion, verified by the server. */
   | { readonly kind: 'embed'; readonly viewer: EmbedViewer }
   /** A job started with another job's token: a child job or a flow step. */
-  | { readonly kind: 'job-token'; readonly parent: { readonly perms: JobPerms } }
+  | {
+      readonly kind: 'job-token';
+      /**
+       * The parent job: its perms (the child's viewer is the parent's), and, when the parent is
+       * a queued job, its nesting depth (from its job token), so the child can be queued one
+       * queue deeper than any slot its parent's chain holds.
+       */
+      readonly parent: { readonly perms: JobPerms; readonly depth?: number };
+    }
   | { readonly kind: 'schedule' }
   /** Webhook, HTTP route, queue or other trigger. */
   | { readonly kind: 'trigger' }

@@ -12,6 +12,8 @@ export interface ClaimedQueueJob {
   readonly job: Job;
   /** The server's trace context for the run (W3C `traceparent`), sealed with the job; or null. */
   readonly traceparent: string | null;
+  /** Where the job's child runs over HTTP go (the enqueuing server's address, sealed); or null. */
+  readonly childUrl: string | null;
   /** Marks the job finished (its message is refused from now on): before answering. */
   finish(): Promise<void>;
 }
@@ -33,17 +35,17 @@ export async function claimQueuedJob(
   const data = bullJob.data;
   if (!isQueueMessage(data) || data.queueId !== bullJob.id || data.deadline <= Date.now())
     return null;
-  let opened: { job: Job; traceparent: string | null } | null;
+  let opened: { job: Job; traceparent: string | null; childUrl: string | null } | null;
   try {
     opened = openJobRecord(keys, place, data);
   } catch {
     opened = null;
   }
   if (opened === null) return null;
-  const { job, traceparent } = opened;
+  const { job, traceparent, childUrl } = opened;
   const key = claimKey(place.prefix, place.name, job.id);
   if (!(await claimJob(redis, key, data.deadline).catch(() => false))) return null;
-  return { message: data, job, traceparent, finish: () => finishJob(redis, key) };
+  return { message: data, job, traceparent, childUrl, finish: () => finishJob(redis, key) };
 }
 
 /** The code a failure travels as: ours, or E_EXECUTOR_FAILED (Redis keeps reasons in clear). */

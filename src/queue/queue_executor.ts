@@ -54,6 +54,12 @@ export interface RawQueueExecutorOptions {
   name?: string;
   /** @default silent */
   logger?: Logger;
+  /**
+   * Where the jobs' child runs over HTTP go: this server's advertised address, asked at each
+   * enqueue and sealed into the record, so a worker needs no address of its own. Returning null
+   * (or leaving this out) seals none. @default none
+   */
+  childUrl?: () => string | null;
 }
 
 /** An {@link Executor} whose runs happen on queue workers. */
@@ -150,6 +156,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
       Math.ceil(Date.now() + waitMs),
       traceparent,
+      options.childUrl?.() ?? null,
     );
     // Subscribed before adding: a job that finishes at once is not missed.
     const answer = waitFor(queueId);

@@ -7,6 +7,7 @@ import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import { HEARTBEAT_TTL_MS, heartbeatKey } from './queue_names.js';
 import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
+import { CHILD_QUEUE_DEPTHS, runQueued } from './queued_run.js';
 
 /** How one job ended on this worker: `ok`, or the error code it failed with. */
 export interface QueueJobOutcome {
@@ -17,6 +18,8 @@ export interface QueueJobOutcome {
   readonly waitedMs: number;
   /** Whether this is the job's second run (its first worker was lost). */
   readonly retried: boolean;
+  /** The nesting depth of the queue it came from (0: queued by a server; d: a child). */
+  readonly depth: number;
 }
 
 /** A worker's options: a taker's (a worker that dies mid-job hands it back after its lock), and: */
@@ -32,6 +35,12 @@ export interface RawQueueWorkerOptions extends QueueTakerOptions {
   executor: JobExecutor;
   /** Jobs run at once. @default 1 */
   concurrency?: number;
+  /**
+   * The nesting depth of the jobs this worker takes (with `name` the queue of that depth,
+   * `childQueueName`): 0 for the jobs servers queue, d for job-token children of depth d-1 jobs.
+   * The tokens of its jobs carry it, so their children go one queue deeper. @default 0
+   */
+  depth?: number;
   /** Called once per finished job (metrics). */
   onFinished?: (outcome: QueueJobOutcome) => void;
   /** Told when this worker finds a job whose worker was lost (BullMQ's stalled check). */
@@ -62,6 +71,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
     throw new TypeError('concurrency must be an integer from 1 to 1000');
+  const depth = options.depth ?? 0;
+  if (!Number.isInteger(depth) || depth < 0 || depth > CHILD_QUEUE_DEPTHS)
+    throw new TypeError(`depth must be an integer from 0 to ${CHILD_QUEUE_DEPTHS}`);
   const { redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
   let running = 0;
   let closing: Promise<void> | null = null;
@@ -86,6 +98,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
       code: QueueJobRefusedError.code,
       ms: performance.now() - started,
       ...queued(bullJob),
+      depth,
     });
     throw new UnrecoverableError(QueueJobRefusedError.code);
   };
@@ -99,19 +112,23 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     running += 1;
     try {
       const { retried } = queued(bullJob);
+      // The job's code sees its depth and its server's address (child runs over HTTP).
+      const queuedRun = { depth, childUrl: claimed.childUrl };
       // The server looked the key up and missed a moment ago: the worker does not read the store
       // again (one round trip less), except on a stall retry, whose first run may have stored it.
-      const result = await runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
-        executor.run(job, retried ? undefined : KNOWN_MISS),
+      const result = await runQueued(queuedRun, () =>
+        runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
+          executor.run(job, retried ? undefined : KNOWN_MISS),
+        ),
       );
       const json = result.json();
       finishBeforeAnswer(claimed);
-      finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob) });
+      finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob), depth });
       return keys.sealResult(message.queueId, json);
     } catch (thrown) {
       finishBeforeAnswer(claimed);
       const code = queueFailureCode(thrown);
-      finished({ path, code, ms: performance.now() - started, ...queued(bullJob) });
+      finished({ path, code, ms: performance.now() - started, ...queued(bullJob), depth });
       // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
       throw new UnrecoverableError(code);
     } finally {

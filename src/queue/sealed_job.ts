@@ -26,8 +26,9 @@ export function sealJob(
   queueId: string,
   deadline: number,
   traceparent: string | null = null,
+  childUrl: string | null = null,
 ): QueueMessage {
-  const record = JSON.stringify([
+  const fields: unknown[] = [
     job.id,
     job.runnable.path,
     job.runnable.hash,
@@ -36,7 +37,11 @@ export function sealJob(
     origin,
     job.cacheTtlS ?? null,
     traceparent,
-  ]);
+  ];
+  // Where the job's child runs over HTTP go (the server's advertised address): sealed, so a
+  // Redis writer cannot send a worker's live job token to a host of its choosing.
+  if (childUrl !== null) fields.push(childUrl);
+  const record = JSON.stringify(fields);
   const bound = boundTo(place, job.workspace, queueId, deadline);
   return { workspace: job.workspace, queueId, deadline, record: keys.sealRecord(bound, record) };
 }
@@ -52,29 +57,23 @@ export function openJob(keys: QueueKeys, place: QueuePlace, message: QueueMessag
 
 /**
  * {@link openJob}, with the trace context the server sealed beside the job (W3C `traceparent`,
- * when the server was traced): inside the record, so a forged message cannot graft a trace.
+ * when the server was traced): inside the record, so a forged message cannot graft a trace; and
+ * the address the job's child runs over HTTP go to (null when the server sealed none).
  */
 export function openJobRecord(
   keys: QueueKeys,
   place: QueuePlace,
   message: QueueMessage,
-): { job: Job; traceparent: string | null } | null {
+): { job: Job; traceparent: string | null; childUrl: string | null } | null {
   const bound = boundTo(place, message.workspace, message.queueId, message.deadline);
   const text = keys.openRecord(bound, message.record);
   if (text === null) return null;
   const fields = JSON.parse(text) as unknown;
-  if (!Array.isArray(fields) || fields.length < 7 || fields.length > 8)
+  if (!Array.isArray(fields) || fields.length < 7 || fields.length > 9)
     throw new InvalidJobError('malformed record');
-  const [id, path, hash, args, perms, , cacheTtlS, traceparent = null] = fields as [
-    unknown,
-    unknown,
-    unknown,
-    unknown,
-    unknown,
-    unknown,
-    unknown,
-    unknown?,
-  ];
+  const [id, path, hash, args, perms, , cacheTtlS, traceparent = null, childUrl = null] =
+    fields as [unknown, unknown, unknown, unknown, unknown, unknown, unknown, unknown?, unknown?];
+  if (childUrl !== null && !isHttpUrl(childUrl)) throw new InvalidJobError('malformed record');
   if (traceparent !== null && (typeof traceparent !== 'string' || traceparent.length > 256))
     throw new InvalidJobError('malformed record');
   if (typeof id !== 'string' || typeof path !== 'string' || typeof hash !== 'string')
@@ -91,7 +90,17 @@ export function openJobRecord(
     perms: permsFromJson(perms),
     ...(cacheTtlS === null ? {} : { cacheTtlS }),
   });
-  return { job, traceparent };
+  return { job, traceparent, childUrl };
+}
+
+function isHttpUrl(value: unknown): value is string {
+  if (typeof value !== 'string' || value.length > 2048) return false;
+  try {
+    const url = new URL(value);
+    return url.protocol === 'http:' || url.protocol === 'https:';
+  } catch {
+    return false;
+  }
 }
 
 /** The associated data: an array, so no two different places share one encoding. */

@@ -5,12 +5,19 @@ import type { Job, JobPerms } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { permsFromJson } from './job_records.js';
 import { QUEUE_DEFAULTS } from './queue_names.js';
+import { CHILD_QUEUE_DEPTHS, queuedRun } from './queued_run.js';
 
 /** What a live job token stands for: its job's workspace and perms. */
 export interface SharedJobTokenGrant {
   readonly jobId: string;
   readonly workspace: string;
   readonly perms: JobPerms;
+  /**
+   * The nesting depth of the queued job the token was issued to (on a worker): its job-token
+   * children go to the queue one deeper. Absent for a job that did not come from the queue (a
+   * server's own run): its children run on the server that receives them, in process.
+   */
+  readonly depth?: number;
 }
 
 /** The Redis commands the tokens need (ioredis `Redis` or `Cluster`). */
@@ -92,7 +99,10 @@ export class SharedJobTokens implements JobTokenIssuer {
   /** The job's token, valid from now until it is revoked or expires. No I/O. */
   issue(job: Job): string {
     const expiresAt = Date.now() + this.#maxLifeMs;
-    const grant = JSON.stringify([job.id, job.workspace, JSON.stringify(job.perms), expiresAt]);
+    // Issued inside a queued job (a worker): the job's depth, from the queue it was taken from.
+    const depth = queuedRun()?.depth;
+    const fields = [job.id, job.workspace, JSON.stringify(job.perms), expiresAt];
+    const grant = JSON.stringify(depth === undefined ? fields : [...fields, depth]);
     const iv = randomBytes(12);
     const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
     cipher.setAAD(this.#aad);
@@ -123,15 +133,25 @@ export class SharedJobTokens implements JobTokenIssuer {
       return null;
     const text = this.#open(token.slice(PREFIX.length));
     if (text === null) return null;
-    const [jobId, workspace, perms, expiresAt] = JSON.parse(text) as [
+    const [jobId, workspace, perms, expiresAt, depth] = JSON.parse(text) as [
       string,
       string,
       string,
       number,
+      unknown?,
     ];
     if (!(expiresAt > Date.now())) return null;
+    if (depth !== undefined) {
+      if (
+        !Number.isInteger(depth) ||
+        (depth as number) < 0 ||
+        (depth as number) > CHILD_QUEUE_DEPTHS
+      )
+        return null;
+    }
     if ((await bounded(this.#redis.get(this.#keyOf(token)))) !== null) return null;
-    return { jobId, workspace, perms: permsFromJson(perms) };
+    const grant = { jobId, workspace, perms: permsFromJson(perms) };
+    return depth === undefined ? grant : { ...grant, depth: depth as number };
   }
 
   #open(sealed: string): string | null {

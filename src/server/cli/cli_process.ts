@@ -107,7 +107,7 @@ export function addProcessCommands(program: Command): void {
   program
     .command('worker')
     .description(
-      "run jobs for a server: queue workers need DATABASE_URL, REDIS_URL and VIEWER_CACHE_SECRET_KEY, and VIEWER_CACHE_SERVER_URL (the servers' address) when runnables start child runs over HTTP with their job token; --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)",
+      "run jobs for a server: queue workers need DATABASE_URL, REDIS_URL and VIEWER_CACHE_SECRET_KEY; their runnables' child runs over HTTP (with a job token) go to the address their server advertises (sealed in each job), or to VIEWER_CACHE_SERVER_URL when set; --agent takes them over HTTP (VIEWER_CACHE_SERVER_URL + VIEWER_CACHE_AGENT_TOKEN, no database)",
     )
     .option('--agent', 'an agent worker: no DATABASE_URL, REDIS_URL or secret key (refused if set)')
     .option('--apps <path>', 'run the apps module at PATH, as the servers do ($VIEWER_CACHE_APPS)')

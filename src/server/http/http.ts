@@ -47,7 +47,8 @@ import { requestIdOf } from './request_id.js';
 import { logRunFailure, type RunContext } from './run_failure_log.js';
 
 /** What a child run through the API needs of its parent's job token. */
-type ChildRunGrant = Pick<JobTokenGrant, 'workspace' | 'perms'>;
+/** A live job token's grant; `depth` when its job is a queued one (its children go deeper). */
+type ChildRunGrant = Pick<JobTokenGrant, 'workspace' | 'perms'> & { readonly depth?: number };
 
 export interface HttpDeps {
   logger: Logger;
@@ -408,7 +409,12 @@ export function buildHttpApp(deps: HttpDeps) {
         throw new HttpError(401, 'E_UNAUTHENTICATED', 'a live job token is required');
       if (grant.workspace !== workspace)
         throw new HttpError(403, 'E_FORBIDDEN', 'that job belongs to another workspace');
-      const origin: RunOrigin = { kind: 'job-token', parent: { perms: grant.perms } };
+      // The parent's depth (a queued job's, from its sealed grant): its child goes one deeper.
+      const parent =
+        grant.depth === undefined
+          ? { perms: grant.perms }
+          : { perms: grant.perms, depth: grant.depth };
+      const origin: RunOrigin = { kind: 'job-token', parent };
       await run(reply, createJob(workspace, request.body, grant.perms.email, origin, null));
     },
   );

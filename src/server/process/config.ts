@@ -111,6 +111,11 @@ export interface ServerConfig {
   readonly queuePrefix: string;
   /** The server's URL as workers reach it (their runnables' job-token child runs). */
   readonly serverUrl: string | null;
+  /**
+   * A server's address as workers reach it (VIEWER_CACHE_ADVERTISED_URL), sealed into each
+   * queued job's record for its child runs over HTTP; null: derived from the listen address.
+   */
+  readonly advertisedUrl: string | null;
 }
 
 /**
@@ -270,7 +275,32 @@ function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
     },
     queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),
     serverUrl: env['VIEWER_CACHE_SERVER_URL'] || null,
+    advertisedUrl: httpUrl(env['VIEWER_CACHE_ADVERTISED_URL'], 'VIEWER_CACHE_ADVERTISED_URL'),
   };
+}
+
+/** An http(s) origin (no credentials, path, query or fragment), or null when unset. */
+function httpUrl(raw: string | undefined, name: string): string | null {
+  if (raw === undefined || raw === '') return null;
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(raw);
+  } catch {}
+  if (
+    parsed === null ||
+    !['http:', 'https:'].includes(parsed.protocol) ||
+    parsed.username !== '' ||
+    parsed.password !== '' ||
+    parsed.search !== '' ||
+    parsed.hash !== '' ||
+    parsed.pathname !== '/' ||
+    raw.length > 2048
+  ) {
+    throw new ConfigError(
+      `${name} must be an http(s) origin without credentials or path, like http://viewer-cache-1.internal:3000`,
+    );
+  }
+  return parsed.origin;
 }
 
 /** `pretty` or `json` as asked; unset: pretty on a terminal, JSON lines otherwise. */

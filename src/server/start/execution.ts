@@ -5,6 +5,8 @@
  * executor the result cache wraps.
  */
 import {
+  CHILD_QUEUE_DEPTHS,
+  childQueueName,
   createExecutor,
   createQueueExecutor,
   createQueueJobSource,
@@ -13,6 +15,7 @@ import {
   type JobExecutor,
   type JobRequest,
   migrateQueue,
+  QUEUE_DEFAULTS,
   type RunOptions,
   SharedJobTokens,
   withResultCache,
@@ -29,12 +32,17 @@ import type { ServerConfig } from '../process/config.js';
 import { openQueueRedis } from '../process/connections.js';
 import type { AssemblyWithStore } from './assembly.js';
 
+/** The queue's base name (servers and workers share it; a depth's queue is named after it). */
+const QUEUE_NAME = QUEUE_DEFAULTS.name;
+
 /** What the server runs misses on, and what its routes need of the mode. */
 export interface Execution {
   readonly executor: Executor;
   /** Verifies a job token (this server's, or, with the queue, any server's). */
   readonly jobTokens: {
-    verify(token: string): Promise<Pick<JobTokenGrant, 'workspace' | 'perms'> | null>;
+    verify(
+      token: string,
+    ): Promise<(Pick<JobTokenGrant, 'workspace' | 'perms'> & { depth?: number }) | null>;
   };
   /** With the queue: the workers heard from recently. */
   readonly liveWorkers?: () => Promise<number>;
@@ -49,16 +57,20 @@ export interface Execution {
   };
 }
 
-/** Opens the execution mode `config.execution` names. */
+/**
+ * Opens the execution mode `config.execution` names. `advertisedUrl`: this server's address as
+ * workers reach it (known once it listens), sealed into each queued job for its child runs.
+ */
 export function openExecution(
   config: ServerConfig,
   assembly: AssemblyWithStore,
+  advertisedUrl: () => string | null = () => null,
 ): Promise<Execution> {
   switch (config.execution) {
     case 'in-process':
       return Promise.resolve(inProcessExecution(assembly));
     case 'queue':
-      return queueExecution(config, assembly);
+      return queueExecution(config, assembly, advertisedUrl);
     case 'agent':
       return agentExecution(config, assembly);
   }
@@ -80,11 +92,13 @@ export function inProcessExecution(assembly: AssemblyWithStore): Execution {
 
 /**
  * Misses run on workers (`viewer-cache worker`) and agents taking from the queue; hits are
- * answered here, and job-token children run here (see {@link childrenInProcess}).
+ * answered here. A job-token child of a queued job is queued one depth deeper (see
+ * {@link childrenInProcess}); other job-token children run here.
  */
 export async function queueExecution(
   config: ServerConfig,
   assembly: AssemblyWithStore,
+  advertisedUrl: () => string | null = () => null,
 ): Promise<Execution> {
   const { pool, secretKey, releases, cacheOptions, logger } = assembly;
   const jobTokens = new JobTokens();
@@ -101,16 +115,27 @@ export async function queueExecution(
     logger,
   });
   const local = localExecutor(assembly, shared);
-  const queue = createQueueExecutor({
-    executor: local,
-    redis: queueRedis,
-    secretKey,
-    wait: config.queueWaitMs,
-    prefix: config.queuePrefix,
-    logger,
-  });
-  releases.push(() => queue.close());
-  await queue.ready();
+  const queueAt = (depth: number) => {
+    const queue = createQueueExecutor({
+      executor: local,
+      redis: queueRedis,
+      secretKey,
+      wait: config.queueWaitMs,
+      prefix: config.queuePrefix,
+      name: childQueueName(QUEUE_NAME, depth),
+      logger,
+      // Sealed into each record: where the job's child runs over HTTP go, so a worker needs no
+      // address of its own (VIEWER_CACHE_SERVER_URL, when set on a worker, still wins).
+      childUrl: advertisedUrl,
+    });
+    releases.push(() => queue.close());
+    return queue;
+  };
+  const queue = queueAt(0);
+  // A queue per nesting depth for job-token children of queued jobs: a parent waits only on
+  // slots of the queue below its own, which no job of its chain holds.
+  const childQueues = Array.from({ length: CHILD_QUEUE_DEPTHS }, (_, i) => queueAt(i + 1));
+  await Promise.all([queue, ...childQueues].map((q) => q.ready()));
 
   // Agents take from the queue every server enqueues on, beside (or instead of) database
   // workers; a job they run is cached exactly as a database worker caches it.
@@ -135,7 +160,7 @@ export async function queueExecution(
   });
   releases.push(async () => dispatch.close());
   return {
-    executor: childrenInProcess({ jobs: queue, remote: queue, local }),
+    executor: childrenInProcess({ jobs: queue, remote: queue, local, childQueues }),
     jobTokens: { verify: async (token) => jobTokens.verify(token) ?? (await shared.verify(token)) },
     liveWorkers: () => queue.liveWorkers(),
     queueDepth: () => queue.jobCounts(),
@@ -177,34 +202,46 @@ async function startAgentTokens(assembly: AssemblyWithStore): Promise<AgentToken
 /**
  * With jobs on workers (queue or agents): what the server's result cache runs a miss on. A job
  * started with a job token — a runnable's child run over HTTP, `POST /api/w/:ws/jobs/run_child`
- * — runs here, in process (`local`); every other miss goes to the workers (`remote`: the queue,
- * or the agents). Jobs are built by `jobs` (the queue executor records each job's origin kind).
+ * — is the parent's child, and the parent holds its worker (or agent) slot while it waits for
+ * it. Handed to the same workers, the child would wait for a slot too, and once every slot is
+ * held by a parent (one worker of concurrency 1 and one parent are enough) nothing would ever
+ * run it. So:
  *
- * Why: the parent holds its worker (or agent) slot while it waits for the child. Handed to the
- * workers, the child waits for a slot too, and once every slot is held by a parent (one worker
- * of concurrency 1 and one parent are enough) nothing ever runs it: the parent's request failed
- * at the wait (60 s, E_QUEUE_TIMEOUT or E_EXECUTOR_TIMEOUT) and held its slot until then.
+ * - the child of a *queued* job (its token names the depth d of the queue its parent came from,
+ *   sealed in the token's grant) is queued on the queue of depth d+1 (`childQueues[d]`), which
+ *   workers take from with slots of its own: a parent never waits on a slot its chain holds, and
+ *   the child runs on a worker like any miss (its record sealed, its claim taken once);
+ * - any other job-token child — of a job run here (an agent's, a child past the deepest queue,
+ *   a job of a worker of the previous version), or with no child queues (agents) — runs here,
+ *   in process (`local`), holding no slot.
  *
  * Nothing about the viewer changes: the child's viewer is its parent's, which the server read
- * from the shared job token (Redis) when it built the job, and its key is the same wherever
- * it runs (a hit is still answered before anything runs).
+ * from the shared job token (Redis, sealed under the token) when it built the job, and its key
+ * is the same wherever it runs (a hit is still answered before anything runs).
  */
 export function childrenInProcess(parts: {
   jobs: Executor;
   remote: JobExecutor;
   local: JobExecutor;
+  /** The queues of depth 1, 2, …: where a child of a queued job of depth d goes (index d). */
+  childQueues?: readonly Executor[];
 }): Executor {
   const { jobs, remote, local } = parts;
-  const children = new WeakSet<Job>();
+  const childQueues = parts.childQueues ?? [];
+  const placed = new WeakMap<Job, JobExecutor>();
   return {
     runnable: (path) => jobs.runnable(path),
     createJob(request: JobRequest): Job {
-      const job = jobs.createJob(request);
-      if (request.origin.kind === 'job-token') children.add(job);
+      if (request.origin.kind !== 'job-token') return jobs.createJob(request);
+      const depth = request.origin.parent.depth;
+      const deeper = depth === undefined ? undefined : childQueues[depth];
+      // Built by the queue it goes to (which records its origin kind), or here.
+      const job = (deeper ?? jobs).createJob(request);
+      placed.set(job, deeper ?? local);
       return job;
     },
     run(job: Job, options?: RunOptions) {
-      return children.has(job) ? local.run(job, options) : remote.run(job, options);
+      return (placed.get(job) ?? remote).run(job, options);
     },
   };
 }

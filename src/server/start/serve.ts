@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import {
   createEmbedVerifier,
   InvalidJobError,
@@ -66,9 +67,14 @@ export async function startServer(
   const { releases, stillStarting } = assembly;
   const close = () => assembly.release();
   try {
+    // Where workers send this server's queued jobs' child runs over HTTP (sealed into each
+    // record): the operator's VIEWER_CACHE_ADVERTISED_URL, else derived from the listen address
+    // once the server listens (nothing is queued before that).
+    let advertisedUrl: string | null = config.advertisedUrl;
     const { executor, jobTokens, liveWorkers, queueDepth, agents } = await openExecution(
       config,
       assembly,
+      () => advertisedUrl,
     );
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
     const cache = withResultCache(executor, assembly.cacheOptions);
@@ -185,6 +191,10 @@ export async function startServer(
     stillStarting();
     const address = await app.listen({ host: config.host, port: config.port });
     baseUrl = address.replace('[::1]', 'localhost');
+    if (config.execution === 'queue') {
+      advertisedUrl ??= listenOrigin(config.host, new URL(baseUrl).port);
+      logger.info({ advertisedUrl }, 'workers send child runs over HTTP to this address');
+    }
     // The first scheduled run happens before anyone is told the server is up — in process. On
     // workers or agents it waits for one, and they may start after the server (an agent cannot
     // take it before the server is up to hand it over): it goes on meanwhile.
@@ -196,4 +206,17 @@ export async function startServer(
     await close();
     throw err;
   }
+}
+
+/**
+ * The address workers reach this server at, when the operator did not set one: the listen
+ * host and port; a wildcard host (all interfaces) stands for this machine's host name, the name
+ * a container or VM is usually reached by on its network.
+ */
+export function listenOrigin(host: string, port: string): string {
+  const wildcard = host === '' || host === '0.0.0.0' || host === '::' || host === '[::]';
+  const name = wildcard ? hostname() : host;
+  return new URL(
+    `http://${name.includes(':') && !name.startsWith('[') ? `[${name}]` : name}:${port}`,
+  ).origin;
 }

@@ -1,11 +1,15 @@
 import { createServer, type Server } from 'node:http';
 import { Counter, Histogram } from 'prom-client';
 import {
+  CHILD_QUEUE_DEPTHS,
+  childQueueName,
   createExecutor,
   createQueueWorker,
   InvalidJobError,
   type Logger,
+  QUEUE_DEFAULTS,
   type QueueWorker,
+  queuedRun,
   SharedJobTokens,
   WORKSPACE_RE,
   WorkerMisconfiguredError,
@@ -54,17 +58,21 @@ export async function startWorker(
       'a worker needs VIEWER_CACHE_SECRET_KEY: the servers’ secret (queue messages and entries are sealed under it)',
     );
   }
-  // A runnable's job-token child run goes to the server (VIEWER_CACHE_SERVER_URL), from
-  // parts validated here, as on the server.
+  // A runnable's job-token child run goes to a server, from parts validated here, as on the
+  // server: the operator's VIEWER_CACHE_SERVER_URL when set, else the address the server that
+  // queued the job advertised (sealed in its record: a Redis writer cannot redirect the token).
   const childRunUrl = (workspace: string) => {
     if (!WORKSPACE_RE.test(workspace)) throw new InvalidJobError('invalid workspace');
-    if (config.serverUrl === null) {
-      // The operator's missing setting, not the caller's bad request: coded, and in this log.
+    const base = config.serverUrl ?? queuedRun()?.childUrl ?? null;
+    if (base === null) {
+      // Only a job queued by a server that sealed no address (an earlier version) and no
+      // VIEWER_CACHE_SERVER_URL: the operator's to fix, not the caller's bad request — coded,
+      // and in this log.
       const err = new WorkerMisconfiguredError();
       logger.error({ code: err.code }, err.message);
       throw err;
     }
-    return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, config.serverUrl);
+    return new URL(`/api/w/${encodeURIComponent(workspace)}/jobs/run_child`, base);
   };
   // The same apps as the servers (your module, or the demo's) and the same cache: same store,
   // fingerprint and seal, so the same keys.
@@ -78,12 +86,12 @@ export async function startWorker(
     store: true,
   });
   const { apps: world, secretKey, datatables, releases } = assembly;
-  if (config.serverUrl === null) {
-    logger.warn(
-      { code: WorkerMisconfiguredError.code },
-      'VIEWER_CACHE_SERVER_URL is not set: a runnable that starts a child run over HTTP with its job token will fail E_WORKER_MISCONFIGURED',
-    );
-  }
+  logger.info(
+    { serverUrl: config.serverUrl !== null },
+    config.serverUrl === null
+      ? 'child runs over HTTP go to the address each job’s server advertised (sealed in its record)'
+      : 'child runs over HTTP go to VIEWER_CACHE_SERVER_URL',
+  );
   const close = () => assembly.release();
   try {
     const queueRedis = openQueueRedis(config, logger);
@@ -131,25 +139,36 @@ export async function startWorker(
       help: 'Jobs this worker found stalled (their worker lost) and handed back',
       registers: [metrics.registry],
     });
-    const worker = createQueueWorker({
-      executor: cache,
-      redis: queueRedis,
-      secretKey,
-      prefix: config.queuePrefix,
-      concurrency: options.concurrency,
-      ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
-      logger,
-      onFinished: ({ code, ms, waitedMs, retried }) => {
-        jobs.inc({ code });
-        seconds.observe({ code }, ms / 1000);
-        waited.observe(waitedMs / 1000);
-        if (retried) retries.inc();
-      },
-      onStalled: () => stalls.inc(),
-    });
+    const workerAt = (depth: number) =>
+      createQueueWorker({
+        executor: cache,
+        redis: queueRedis,
+        secretKey,
+        prefix: config.queuePrefix,
+        name: childQueueName(QUEUE_DEFAULTS.name, depth),
+        depth,
+        concurrency: options.concurrency,
+        ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
+        logger,
+        onFinished: ({ code, ms, waitedMs, retried }) => {
+          jobs.inc({ code });
+          seconds.observe({ code }, ms / 1000);
+          waited.observe(waitedMs / 1000);
+          if (retried) retries.inc();
+        },
+        onStalled: () => stalls.inc(),
+      });
+    const worker = workerAt(0);
+    // Slots of their own for job-token children of queued jobs, one set per nesting depth: a
+    // parent waiting on its child never waits on a slot its own chain holds (concurrency 1
+    // included), and the child runs here on a worker like any queued job.
+    const childWorkers = Array.from({ length: CHILD_QUEUE_DEPTHS }, (_, i) => workerAt(i + 1));
     // First out on close: stop taking jobs and finish the running ones before the rest goes.
+    // The depth-0 worker first, then each depth below it: a parent that is finishing may still
+    // start a child, which the deeper worker is still there to run.
+    for (const child of childWorkers.toReversed()) releases.push(() => child.close());
     releases.push(() => worker.close());
-    await worker.ready();
+    await Promise.all([worker, ...childWorkers].map((w) => w.ready()));
 
     let url: string | null = null;
     if (options.port !== undefined) {
@@ -161,7 +180,8 @@ export async function startWorker(
           void queueState().then((queue) => {
             const ok = queue === 'ok';
             response.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' });
-            response.end(JSON.stringify({ ok, running: worker.running, queue }));
+            const running = [worker, ...childWorkers].reduce((n, w) => n + w.running, 0);
+            response.end(JSON.stringify({ ok, running, queue }));
           });
         } else if (request.url === '/metrics') {
           metrics.registry.metrics().then(

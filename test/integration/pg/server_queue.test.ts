@@ -119,10 +119,12 @@ describe('a server in queue mode and one worker process', () => {
     expect(again.fromCache).toBe(true);
   });
 
-  it('a child run over HTTP from the only worker slot completes: the child runs on the server', async () => {
-    // One worker of concurrency 1, held by the parent while it waits for its child: queued,
-    // the child would never start (watched: without children_in_process.ts this run waited
-    // for the queue's 60 s and the test timed out). Carol's list is not cached yet here.
+  it('a child run over HTTP from the only worker slot completes: the child runs one queue deeper', async () => {
+    // One worker of concurrency 1, held by the parent while it waits for its child: queued on
+    // the parent's own queue, the child would never start (watched: this run waited for the
+    // queue's 60 s and the test timed out). It goes to the depth-1 queue, which the worker
+    // takes with a slot of its own (worker_children.test.ts proves where it ran). Carol's list
+    // is not cached yet here.
     const started = performance.now();
     const answer = await appRun('carol@example.com', 'f/orders/remote_child');
     expect(answer.status, answer.text).toBe(200);
