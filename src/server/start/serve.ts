@@ -66,10 +66,8 @@ export async function startServer(
   const { releases, stillStarting } = assembly;
   const close = () => assembly.release();
   try {
-    const { executor, jobTokens, liveWorkers, queueDepth, agents } = await openExecution(
-      config,
-      assembly,
-    );
+    const { executor, jobTokens, liveWorkers, queueFleet, queueDepth, agents } =
+      await openExecution(config, assembly);
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
     const cache = withResultCache(executor, assembly.cacheOptions);
     const apiTokens = new ApiTokens(pool, { logger });
@@ -128,6 +126,7 @@ export async function startServer(
     releases.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables, {
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(queueFleet ? { queueFleet } : {}),
       ...(queueDepth ? { queueDepth } : {}),
       ...(agents ? { agentGroups: () => agents.dispatch.presence.groups() } : {}),
     });
@@ -153,6 +152,7 @@ export async function startServer(
       apiTokens,
       jobTokens,
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(queueFleet ? { queueFleet } : {}),
       ...(config.execution === 'agent' ? { agentGroup: config.agentGroup } : {}),
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,

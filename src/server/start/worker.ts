@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { Counter, Histogram } from 'prom-client';
 import {
+  ConfigError,
   createExecutor,
   createQueueWorker,
   InvalidJobError,
@@ -78,6 +79,15 @@ export async function startWorker(
     store: true,
   });
   const { apps: world, secretKey, datatables, releases } = assembly;
+  // The workspaces whose queues it reads: named, or the apps module's own.
+  const workspaces =
+    config.workerWorkspaces ?? (world.workspace === null ? null : [world.workspace]);
+  if (workspaces === null) {
+    await assembly.release();
+    throw new ConfigError(
+      'VIEWER_CACHE_WORKER_WORKSPACES is not set and the apps module names no workspace: a worker takes the jobs of the workspaces it is given (worker --workspace ID, repeatable, or VIEWER_CACHE_WORKER_WORKSPACES=a,b)',
+    );
+  }
   if (config.serverUrl === null) {
     logger.warn(
       { code: WorkerMisconfiguredError.code },
@@ -135,6 +145,8 @@ export async function startWorker(
       redis: queueRedis,
       secretKey,
       prefix: config.queuePrefix,
+      workspaces,
+      group: config.agentGroup,
       concurrency: options.concurrency,
       ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
       logger,
@@ -187,7 +199,10 @@ export async function startWorker(
           : null;
       releases.push(() => new Promise((resolve) => http.close(resolve)));
     }
-    logger.info({ id: worker.id, concurrency: options.concurrency }, 'worker started');
+    logger.info(
+      { id: worker.id, concurrency: options.concurrency, workspaces, group: config.agentGroup },
+      'worker started',
+    );
     return { worker, url, close };
   } catch (err) {
     await close();
