@@ -220,7 +220,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       const left = until - Date.now();
       if (left <= 0) {
         throw new NoWorkersError(
-          `no worker or agent takes the jobs of this workspace for group ${group}: start one (worker --workspace …, or an agent with a token of the workspace and group)`,
+          `no worker or agent takes the jobs of this workspace for group ${group}: start one (worker --workspaces …, or an agent with a token of the workspace and group)`,
         );
       }
       await new Promise((resolve) => setTimeout(resolve, Math.min(NO_WORKERS_POLL_MS, left)));

@@ -120,9 +120,8 @@ export function addProcessCommands(program: Command): void {
     )
     .option('--concurrency <n>', 'jobs run at once (per workspace served)', '1')
     .option(
-      '--workspace <id>',
-      "queue workers: a workspace whose jobs this worker takes (repeat it for several; $VIEWER_CACHE_WORKER_WORKSPACES, comma-separated; default: the apps module's workspace)",
-      (value: string, previous: string[] = []) => [...previous, value],
+      '--workspaces <ids>',
+      "queue workers: the workspaces whose jobs this worker takes, comma-separated ($VIEWER_CACHE_WORKER_WORKSPACES; default: the apps module's workspace)",
     )
     .option(
       '--group <name>',
@@ -139,7 +138,7 @@ export function addProcessCommands(program: Command): void {
         demo?: boolean;
         concurrency: string;
         port?: string;
-        workspace?: string[];
+        workspaces?: string;
         group?: string;
       }) => {
         if (options.agent === true) {
@@ -151,13 +150,11 @@ export function addProcessCommands(program: Command): void {
             ...process.env,
             ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
             ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-            ...(options.workspace
-              ? { VIEWER_CACHE_WORKER_WORKSPACES: options.workspace.join(',') }
-              : {}),
+            ...(options.workspaces ? { VIEWER_CACHE_WORKER_WORKSPACES: options.workspaces } : {}),
             ...(options.group ? { VIEWER_CACHE_AGENT_GROUP: options.group } : {}),
           },
           flagsGiven(options, {
-            workspace: ['VIEWER_CACHE_WORKER_WORKSPACES', '--workspace'],
+            workspaces: ['VIEWER_CACHE_WORKER_WORKSPACES', '--workspaces'],
             group: ['VIEWER_CACHE_AGENT_GROUP', '--group'],
           }),
         );

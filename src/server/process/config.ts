@@ -86,7 +86,7 @@ export interface ServerConfig {
    */
   readonly agentGroup: string;
   /**
-   * A database worker's workspaces (VIEWER_CACHE_WORKER_WORKSPACES, `worker --workspace`): it
+   * A database worker's workspaces (VIEWER_CACHE_WORKER_WORKSPACES, `worker --workspaces`): it
    * takes their jobs and no other's. null: the apps module's `workspace`.
    */
   readonly workerWorkspaces: readonly string[] | null;

@@ -85,7 +85,7 @@ export async function startWorker(
   if (workspaces === null) {
     await assembly.release();
     throw new ConfigError(
-      'VIEWER_CACHE_WORKER_WORKSPACES is not set and the apps module names no workspace: a worker takes the jobs of the workspaces it is given (worker --workspace ID, repeatable, or VIEWER_CACHE_WORKER_WORKSPACES=a,b)',
+      'VIEWER_CACHE_WORKER_WORKSPACES is not set and the apps module names no workspace: a worker takes the jobs of the workspaces it is given (worker --workspaces a,b, or VIEWER_CACHE_WORKER_WORKSPACES=a,b)',
     );
   }
   if (config.serverUrl === null) {
