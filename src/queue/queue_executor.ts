@@ -151,10 +151,13 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   /** One BullMQ queue and event listener per workspace (this executor's group), opened on use. */
   interface Route {
     readonly name: string;
+    readonly place: { readonly prefix: string; readonly name: string };
     readonly slot: string;
     readonly queue: Queue<QueueMessage, string>;
     /** Resolves once the listener reads from before anything this route adds. */
     readonly events: Promise<QueueEvents>;
+    /** The listener once it reads (the hot path takes it without awaiting). */
+    opened: QueueEvents | null;
     readonly listener: ReturnType<typeof duplicate>;
   }
   const routes = new Map<string, Route>();
@@ -184,11 +187,14 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     });
     const created: Route = {
       name,
+      place: { prefix, name },
       slot: `${workspace}/${group}`,
       queue,
       listener,
+      opened: null,
       events: events.then(async (listening) => {
         await listening.waitUntilReady();
+        created.opened = listening;
         return listening;
       }),
     };
@@ -204,10 +210,9 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
 
   /**
    * Resolves when `slot` has a live worker or agent; else, once none came within the wait,
-   * rejects E_NO_WORKERS. A slot known to be taken answers at once, with no round trip.
+   * rejects E_NO_WORKERS. (A slot the last read saw taken is not asked: see `enqueue`.)
    */
   const taken = async (slot: string): Promise<void> => {
-    if (fleet.known(slot) !== null) return;
     const until = Date.now() + Math.min(waitMs, Math.max(noWorkersMs, graceUntil - Date.now()));
     for (;;) {
       let counts: Map<string, number>;
@@ -259,24 +264,24 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   ): Promise<JobResult> => {
     const routed = route(job.workspace);
     // Nobody to take it: say so within seconds, not after the wait (which blames the runnable).
-    await taken(routed.slot);
-    let events: QueueEvents;
+    if (fleet.known(routed.slot) === null) await taken(routed.slot);
+    let events = routed.opened;
     let slow: NodeJS.Timeout | undefined;
-    try {
-      // Bounded like the add: a listener that cannot start (Redis away) fails the run fast.
-      events = await Promise.race([
-        routed.events,
-        new Promise<never>((_, reject) => {
-          slow = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
-        }),
-      ]);
-      clearTimeout(slow);
-    } catch (err) {
-      clearTimeout(slow);
-      throw new QueueUnavailableError(undefined, { cause: err });
-    }
-    const { queue } = routed;
-    const place = { prefix, name: routed.name };
+    if (events === null)
+      try {
+        // Bounded like the add: a listener that cannot start (Redis away) fails the run fast.
+        events = await Promise.race([
+          routed.events,
+          new Promise<never>((_, reject) => {
+            slow = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+          }),
+        ]);
+        clearTimeout(slow);
+      } catch (err) {
+        clearTimeout(slow);
+        throw new QueueUnavailableError(undefined, { cause: err });
+      }
+    const { queue, place } = routed;
     const queueId = keys.queueId(runOptions?.flight ?? `job:${job.workspace}:${job.id}`);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
