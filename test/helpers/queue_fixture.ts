@@ -81,7 +81,9 @@ export class QueueDeployment {
       prefix: this.prefix,
       ...(options.wait === undefined ? {} : { wait: options.wait }),
       ...(options.group === undefined ? {} : { group: options.group }),
-      ...(options.noWorkersWait === undefined ? {} : { noWorkersWait: options.noWorkersWait }),
+      // Worker processes of a loaded machine take seconds to start: misses wait for one (a test
+      // of the fail-fast gives its own, short, wait).
+      noWorkersWait: options.noWorkersWait ?? 30_000,
     });
     this.#closers.push(() => queue.close());
     await queue.ready();
