@@ -43,7 +43,12 @@ export interface Execution {
   /** With the queue: its jobs by state. */
   readonly queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
   /** With agents: how jobs reach them and who they are. */
-  readonly agents?: { readonly dispatch: AgentDispatch; readonly tokens: AgentTokens };
+  readonly agents?: {
+    readonly dispatch: AgentDispatch;
+    readonly tokens: AgentTokens;
+    /** Told when a job an agent held ends (its proxied transactions are rolled back). */
+    readonly onJobEnded: (listener: (job: Job) => void) => void;
+  };
 }
 
 /** Opens the execution mode `config.execution` names. */
@@ -136,7 +141,7 @@ export async function queueExecution(
     liveWorkers: () => queue.liveWorkers(),
     queueFleet: () => queue.fleet(),
     queueDepth: () => queue.jobCounts(),
-    agents: { dispatch, tokens },
+    agents: { dispatch, tokens, onJobEnded: (listener) => jobTokens.onRevoke(listener) },
   };
 }
 
@@ -160,7 +165,7 @@ export async function agentExecution(
   return {
     executor: childrenInProcess({ jobs: local, remote, local }),
     jobTokens: { verify: async (token) => jobTokens.verify(token) },
-    agents: { dispatch, tokens },
+    agents: { dispatch, tokens, onJobEnded: (listener) => jobTokens.onRevoke(listener) },
   };
 }
 
