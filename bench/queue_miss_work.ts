@@ -173,6 +173,7 @@ try {
     redis,
     secretKey: QUEUE_BENCH_SECRET,
     prefix: `{vc-work-${tag}}`,
+    workspaces: ['bench'],
     concurrency: 8,
   });
   closers.push(() => worker.close());

@@ -157,6 +157,7 @@ try {
       }),
       { store: store(), seal },
     ),
+    workspaces: ['bench'],
     redis,
     secretKey: QUEUE_BENCH_SECRET,
     prefix,

@@ -26,6 +26,7 @@ const worker = createQueueWorker({
   redis,
   secretKey: QUEUE_BENCH_SECRET,
   prefix: env('QUEUE_PREFIX'),
+  workspaces: ['bench'],
   concurrency: Number(env('CONCURRENCY') || '8'),
 });
 // The floor beside it: a bare BullMQ worker that returns the job's data (queue_bench.ts's bare

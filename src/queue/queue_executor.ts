@@ -3,6 +3,7 @@ import { type ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import { type Duration, resolveDuration } from '../duration.js';
 import {
   errorClassOf,
+  NoWorkersError,
   QueryFailedError,
   QueueResultInvalidError,
   QueueTimeoutError,
@@ -16,17 +17,23 @@ import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
+import { type FleetRedis, FleetView } from './queue_fleet.js';
 import {
-  HEARTBEAT_TTL_MS,
-  heartbeatKey,
+  checkGroup,
+  DEFAULT_GROUP,
+  fleetKey,
   QUEUE_DEFAULTS,
   type QueueMessage,
+  routedQueueName,
 } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
 import { sealJob } from './sealed_job.js';
 
 /** Longest an enqueue may take before the run fails with E_QUEUE_UNAVAILABLE. */
 const ADD_TIMEOUT_MS = 2000;
+
+/** How often a miss whose queue has no taker looks again while it waits for one. */
+const NO_WORKERS_POLL_MS = 250;
 
 /** A Redis client the queue may duplicate (ioredis `Redis` or `Cluster`). */
 export interface QueueRedis {
@@ -50,8 +57,26 @@ export interface RawQueueExecutorOptions {
   wait?: Duration;
   /** @default '{viewer-cache}' (a Cluster hash tag) */
   prefix?: string;
-  /** @default 'jobs' */
+  /**
+   * The base of the queues' names: a job of workspace `W` goes to the queue `<name>/W/<group>`,
+   * which only the workers and agents of that workspace and group read. @default 'jobs'
+   */
   name?: string;
+  /**
+   * The worker group this executor's jobs go to (an agent token's group; a worker's `group`).
+   * @default 'default'
+   */
+  group?: string;
+  /**
+   * How long a miss whose queue has no live worker or agent (no fresh heartbeat) waits for one
+   * before it fails `E_NO_WORKERS` (never longer than `wait`). @default '5s'
+   */
+  noWorkersWait?: Duration;
+  /**
+   * For this long after the executor is made, such a miss waits until then at least: workers
+   * started beside the server are not failed while they connect. @default 0
+   */
+  startGrace?: Duration;
   /** @default silent */
   logger?: Logger;
   /**
@@ -66,9 +91,17 @@ export interface RawQueueExecutorOptions {
 export interface QueueExecutor extends Executor {
   /** Resolves once the queue and its event listener are connected. */
   ready(): Promise<void>;
-  /** Workers whose heartbeat is fresh (seen within 15 s). */
+  /**
+   * Workers and agents of this executor's group (any workspace) whose heartbeat is fresh
+   * (seen within 15 s).
+   */
   liveWorkers(): Promise<number>;
-  /** Jobs in the queue by state: waiting for a worker, running, delayed. */
+  /** Live workers and agents per `<workspace>/<group>` queue (only those with one). */
+  fleet(): Promise<Record<string, number>>;
+  /**
+   * Jobs by state, in the queues this executor has enqueued on: waiting for a worker, running,
+   * delayed.
+   */
   jobCounts(): Promise<{ waiting: number; active: number; delayed: number }>;
   close(): Promise<void>;
 }
@@ -77,6 +110,11 @@ export interface QueueExecutor extends Executor {
  * Runs jobs on workers through BullMQ (server side). Put it under `withResultCache` exactly where
  * the in-process executor was: the cache records nothing new, answers hits before this is called
  * (nothing is enqueued for a hit), and hands it the miss with an opaque name of its full key.
+ *
+ * A job goes to the queue of its workspace and this executor's group (`<name>/<workspace>/<group>`,
+ * one BullMQ queue each, opened on first use): only that workspace's and group's workers and
+ * agents ever read it. A miss whose queue has no live taker (heartbeats) waits `noWorkersWait`
+ * for one, then fails `E_NO_WORKERS`; a queue known to be taken costs no round trip for that.
  *
  * On a miss the job's record (perms with the viewer, origin, args) is sealed into the message
  * under the deployment secret, bound to the queue, workspace, queue id and deadline (see
@@ -94,7 +132,12 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   const keys = new QueueKeys(options.secretKey);
   const waitMs = resolveDuration(options.wait ?? '60s', 'wait');
   const prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
-  const name = options.name ?? QUEUE_DEFAULTS.name;
+  const base = options.name ?? QUEUE_DEFAULTS.name;
+  const group = checkGroup(options.group ?? DEFAULT_GROUP);
+  // Checks the base name once (a workspace and group that are surely valid).
+  routedQueueName(base, 'w', group);
+  const noWorkersMs = resolveDuration(options.noWorkersWait ?? '5s', 'noWorkersWait');
+  const graceUntil = Date.now() + resolveDuration(options.startGrace ?? 0, 'startGrace');
   const logger = options.logger ?? silentLogger;
   const duplicate = () => {
     const client = redis.duplicate() as ConnectionOptions & {
@@ -105,18 +148,99 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     return client;
   };
   const producer = duplicate();
-  const listener = duplicate();
-  const queue = new Queue<QueueMessage, string>(name, { connection: producer, prefix });
-  queue.on('error', (err) => logger.debug({ err: err.message }, 'queue error'));
-  const events = new QueueEvents(name, { connection: listener, prefix });
-  events.on('error', (err) => logger.debug({ err: err.message }, 'queue events error'));
-  // Events fire per job id: one listener each, removed on settle, so no cap applies.
-  events.setMaxListeners(0);
+  const fleet = new FleetView(
+    producer as unknown as FleetRedis,
+    fleetKey(prefix, base),
+    ADD_TIMEOUT_MS,
+  );
+
+  /** One BullMQ queue and event listener per workspace (this executor's group), opened on use. */
+  interface Route {
+    readonly name: string;
+    readonly place: { readonly prefix: string; readonly name: string };
+    readonly slot: string;
+    readonly queue: Queue<QueueMessage, string>;
+    /** Resolves once the listener reads from before anything this route adds. */
+    readonly events: Promise<QueueEvents>;
+    /** The listener once it reads (the hot path takes it without awaiting). */
+    opened: QueueEvents | null;
+    readonly listener: ReturnType<typeof duplicate>;
+  }
+  const routes = new Map<string, Route>();
+  const route = (workspace: string): Route => {
+    let found = routes.get(workspace);
+    if (found !== undefined) return found;
+    const name = routedQueueName(base, workspace, group);
+    const queue = new Queue<QueueMessage, string>(name, { connection: producer, prefix });
+    queue.on('error', (err) => logger.debug({ err: err.message }, 'queue error'));
+    const listener = duplicate();
+    // The listener reads the event stream from a time on Redis's own clock taken before the
+    // first add (less 100 ms: another Cluster node's skew), not from "now" whenever its first
+    // read lands: an answer that comes at once is not missed. (An event replayed from those
+    // 100 ms is another job's: no one waits on its id, or it is that same key's answer.)
+    const time = (producer as unknown as { time(): Promise<[string, string]> }).time();
+    const events = time.then(([seconds, micros]) => {
+      const from = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000) - 100;
+      const listening = new QueueEvents(name, {
+        connection: listener,
+        prefix,
+        lastEventId: `${from}-0`,
+      });
+      listening.on('error', (err) => logger.debug({ err: err.message }, 'queue events error'));
+      // Events fire per job id: one listener each, removed on settle, so no cap applies.
+      listening.setMaxListeners(0);
+      return listening;
+    });
+    const created: Route = {
+      name,
+      place: { prefix, name },
+      slot: `${workspace}/${group}`,
+      queue,
+      listener,
+      opened: null,
+      events: events.then(async (listening) => {
+        await listening.waitUntilReady();
+        created.opened = listening;
+        return listening;
+      }),
+    };
+    found = created;
+    // A failed start is retried by the next miss of this workspace.
+    created.events.catch(() => {
+      if (routes.get(workspace) === created) routes.delete(workspace);
+      void settleWithin(new Set([queue.close()]), CLOSE_WAIT_MS).then(() => listener.disconnect());
+    });
+    routes.set(workspace, found);
+    return found;
+  };
+
+  /**
+   * Resolves when `slot` has a live worker or agent; else, once none came within the wait,
+   * rejects E_NO_WORKERS. (A slot the last read saw taken is not asked: see `enqueue`.)
+   */
+  const taken = async (slot: string): Promise<void> => {
+    const until = Date.now() + Math.min(waitMs, Math.max(noWorkersMs, graceUntil - Date.now()));
+    for (;;) {
+      let counts: Map<string, number>;
+      try {
+        counts = await fleet.read();
+      } catch (err) {
+        throw new QueueUnavailableError(undefined, { cause: err });
+      }
+      if ((counts.get(slot) ?? 0) > 0) return;
+      const left = until - Date.now();
+      if (left <= 0) {
+        throw new NoWorkersError(
+          `no worker or agent takes the jobs of this workspace for group ${group}: start one (worker --workspaces …, or an agent with a token of the workspace and group)`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.min(NO_WORKERS_POLL_MS, left)));
+    }
+  };
   /** The origin kind of jobs built here, for their record. */
   const origins = new WeakMap<Job, RunOrigin['kind']>();
-  const place = { prefix, name };
 
-  const waitFor = (queueId: string): Promise<unknown> =>
+  const waitFor = (events: QueueEvents, queueId: string): Promise<unknown> =>
     new Promise((resolve, reject) => {
       const done = () => {
         clearTimeout(timer);
@@ -144,6 +268,26 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     runOptions: RunOptions | undefined,
     traceparent: string | null,
   ): Promise<JobResult> => {
+    const routed = route(job.workspace);
+    // Nobody to take it: say so within seconds, not after the wait (which blames the runnable).
+    if (fleet.known(routed.slot) === null) await taken(routed.slot);
+    let events = routed.opened;
+    let slow: NodeJS.Timeout | undefined;
+    if (events === null)
+      try {
+        // Bounded like the add: a listener that cannot start (Redis away) fails the run fast.
+        events = await Promise.race([
+          routed.events,
+          new Promise<never>((_, reject) => {
+            slow = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+          }),
+        ]);
+        clearTimeout(slow);
+      } catch (err) {
+        clearTimeout(slow);
+        throw new QueueUnavailableError(undefined, { cause: err });
+      }
+    const { queue, place } = routed;
     const queueId = keys.queueId(runOptions?.flight ?? `job:${job.workspace}:${job.id}`);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
@@ -159,7 +303,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       options.childUrl?.() ?? null,
     );
     // Subscribed before adding: a job that finishes at once is not missed.
-    const answer = waitFor(queueId);
+    const answer = waitFor(events, queueId);
     answer.catch(() => {});
     let late: NodeJS.Timeout | undefined;
     try {
@@ -210,27 +354,38 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     },
     run,
     async ready() {
-      await Promise.all([queue.waitUntilReady(), events.waitUntilReady()]);
+      // Connected, and the fleet read once (so the first misses know who takes what).
+      await fleet.read().catch(() => {});
+      await (producer as unknown as { ping(): Promise<unknown> }).ping();
     },
     async liveWorkers() {
-      const client = producer as unknown as {
-        zcount(key: string, min: number, max: string): Promise<number>;
-      };
-      return client.zcount(heartbeatKey(prefix, name), Date.now() - HEARTBEAT_TTL_MS, '+inf');
+      let n = 0;
+      for (const [slot, count] of await fleet.read()) if (slot.endsWith(`/${group}`)) n += count;
+      return n;
+    },
+    async fleet() {
+      return Object.fromEntries(await fleet.read());
     },
     async jobCounts() {
-      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
-      return {
-        waiting: (counts['waiting'] ?? 0) + (counts['prioritized'] ?? 0),
-        active: counts['active'] ?? 0,
-        delayed: counts['delayed'] ?? 0,
-      };
+      const out = { waiting: 0, active: 0, delayed: 0 };
+      for (const { queue } of routes.values()) {
+        const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
+        out.waiting += (counts['waiting'] ?? 0) + (counts['prioritized'] ?? 0);
+        out.active += counts['active'] ?? 0;
+        out.delayed += counts['delayed'] ?? 0;
+      }
+      return out;
     },
     async close() {
       // With Redis gone, BullMQ's close and a QUIT wait for it to come back (these clients retry
       // forever): bounded, then the sockets are dropped, so a server still stops.
-      await settleWithin(new Set([queue.close(), events.close()]), CLOSE_WAIT_MS);
-      for (const client of [producer, listener])
+      const closing = new Set<Promise<unknown>>();
+      for (const r of routes.values()) {
+        closing.add(r.queue.close());
+        closing.add(r.events.then((events) => events.close()).catch(() => {}));
+      }
+      await settleWithin(closing, CLOSE_WAIT_MS);
+      for (const client of [producer, ...[...routes.values()].map((r) => r.listener)])
         (client as unknown as { disconnect(): void }).disconnect();
     },
   };

@@ -5,7 +5,15 @@ import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
-import { HEARTBEAT_TTL_MS, heartbeatKey } from './queue_names.js';
+import {
+  checkGroup,
+  checkWorkspace,
+  DEFAULT_GROUP,
+  fleetKey,
+  fleetMember,
+  HEARTBEAT_TTL_MS,
+  routedQueueName,
+} from './queue_names.js';
 import { type QueueTakerOptions, queueTaker } from './queue_taker.js';
 import { CHILD_QUEUE_DEPTHS, runQueued } from './queued_run.js';
 
@@ -33,7 +41,14 @@ export interface RawQueueWorkerOptions extends QueueTakerOptions {
    * the servers read that set before keying, so they look up the key the worker stored under.
    */
   executor: JobExecutor;
-  /** Jobs run at once. @default 1 */
+  /**
+   * The workspaces whose jobs this worker runs: it reads their queues (of its `group`) and no
+   * other, so it never meets another workspace's job.
+   */
+  workspaces: readonly string[];
+  /** The worker group it serves (the servers' `group`). @default 'default' */
+  group?: string;
+  /** Jobs run at once, per workspace served. @default 1 */
   concurrency?: number;
   /**
    * The nesting depth of the jobs this worker takes (with `name` the queue of that depth,
@@ -74,7 +89,11 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const depth = options.depth ?? 0;
   if (!Number.isInteger(depth) || depth < 0 || depth > CHILD_QUEUE_DEPTHS)
     throw new TypeError(`depth must be an integer from 0 to ${CHILD_QUEUE_DEPTHS}`);
-  const { redis, keys, lockMs, prefix, name, logger, id } = queueTaker(options);
+  const { redis, keys, lockMs, prefix, name: base, logger, id } = queueTaker(options);
+  const group = checkGroup(options.group ?? DEFAULT_GROUP);
+  if (!Array.isArray(options.workspaces) || options.workspaces.length === 0)
+    throw new TypeError('workspaces must name the workspaces whose jobs this worker runs');
+  const workspaces = [...new Set(options.workspaces.map((w) => checkWorkspace(w, 'workspaces')))];
   let running = 0;
   let closing: Promise<void> | null = null;
 
@@ -103,38 +122,41 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     throw new UnrecoverableError(QueueJobRefusedError.code);
   };
 
-  const processor = async (bullJob: BullJob<unknown, string>): Promise<string> => {
-    const started = performance.now();
-    const claimed = await claimQueuedJob(keys, place, connection, bullJob);
-    if (claimed === null) return refuse(started, null, bullJob);
-    const { message, job } = claimed;
-    const path = job.runnable.path;
-    running += 1;
-    try {
-      const { retried } = queued(bullJob);
-      // The job's code sees its depth and its server's address (child runs over HTTP).
-      const queuedRun = { depth, childUrl: claimed.childUrl };
-      // The server looked the key up and missed a moment ago: the worker does not read the store
-      // again (one round trip less), except on a stall retry, whose first run may have stored it.
-      const result = await runQueued(queuedRun, () =>
-        runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
-          executor.run(job, retried ? undefined : KNOWN_MISS),
-        ),
-      );
-      const json = result.json();
-      finishBeforeAnswer(claimed);
-      finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob), depth });
-      return keys.sealResult(message.queueId, json);
-    } catch (thrown) {
-      finishBeforeAnswer(claimed);
-      const code = queueFailureCode(thrown);
-      finished({ path, code, ms: performance.now() - started, ...queued(bullJob), depth });
-      // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
-      throw new UnrecoverableError(code);
-    } finally {
-      running -= 1;
-    }
-  };
+  const processor =
+    (place: { prefix: string; name: string }) =>
+    async (bullJob: BullJob<unknown, string>): Promise<string> => {
+      const started = performance.now();
+      const claimed = await claimQueuedJob(keys, place, connection, bullJob);
+      if (claimed === null) return refuse(started, null, bullJob);
+      const { message, job } = claimed;
+      const path = job.runnable.path;
+      running += 1;
+      try {
+        const { retried } = queued(bullJob);
+        // The job's code sees its depth and its server's address (child runs over HTTP).
+        const queuedRun = { depth, childUrl: claimed.childUrl };
+        // The server looked the key up and missed a moment ago: the worker does not read the
+        // store again (one round trip less), except on a stall retry, whose first run may have
+        // stored it.
+        const result = await runQueued(queuedRun, () =>
+          runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
+            executor.run(job, retried ? undefined : KNOWN_MISS),
+          ),
+        );
+        const json = result.json();
+        finishBeforeAnswer(claimed);
+        finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob), depth });
+        return keys.sealResult(message.queueId, json);
+      } catch (thrown) {
+        finishBeforeAnswer(claimed);
+        const code = queueFailureCode(thrown);
+        finished({ path, code, ms: performance.now() - started, ...queued(bullJob), depth });
+        // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
+        throw new UnrecoverableError(code);
+      } finally {
+        running -= 1;
+      }
+    };
 
   const connection = redis.duplicate() as ConnectionOptions & {
     on(event: 'error', fn: (err: Error) => void): void;
@@ -145,34 +167,40 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
     readonly status: string;
   } & ClaimRedis;
-  const place = { prefix, name };
   connection.on('error', (err) => logger.debug({ err: err.message }, 'worker redis error'));
-  const worker = new Worker<unknown, string>(name, processor, {
-    connection,
-    prefix,
-    concurrency,
-    lockDuration: lockMs,
-    stalledInterval: Math.max(1000, Math.floor(lockMs / 2)),
-    // A job whose worker died returns to the queue once; a second loss fails it (coded).
-    maxStalledCount: 1,
-    removeOnComplete: { count: 0 },
-    removeOnFail: { count: 0 },
-  });
-  worker.on('error', (err) => logger.debug({ err: err.message }, 'worker error'));
-  worker.on('stalled', () => {
-    // Said at warn: a lost worker is the operator's news (the job runs once more, as its viewer).
-    logger.warn("a job's worker was lost; it is handed back and runs once more");
-    try {
-      options.onStalled?.();
-    } catch {
-      // a metrics callback never fails the worker
-    }
+  // One BullMQ worker per workspace served, each on that workspace's queue of this group only.
+  const workers = workspaces.map((workspace) => {
+    const name = routedQueueName(base, workspace, group);
+    const worker = new Worker<unknown, string>(name, processor({ prefix, name }), {
+      connection,
+      prefix,
+      concurrency,
+      lockDuration: lockMs,
+      stalledInterval: Math.max(1000, Math.floor(lockMs / 2)),
+      // A job whose worker died returns to the queue once; a second loss fails it (coded).
+      maxStalledCount: 1,
+      removeOnComplete: { count: 0 },
+      removeOnFail: { count: 0 },
+    });
+    worker.on('error', (err) => logger.debug({ err: err.message }, 'worker error'));
+    worker.on('stalled', () => {
+      // At warn: a lost worker is the operator's news (the job runs once more, as its viewer).
+      logger.warn("a job's worker was lost; it is handed back and runs once more");
+      try {
+        options.onStalled?.();
+      } catch {
+        // a metrics callback never fails the worker
+      }
+    });
+    return worker;
   });
 
-  const beatKey = heartbeatKey(prefix, name);
+  // The fleet's heartbeats: one member per queue served, in the one set every server reads.
+  const beatKey = fleetKey(prefix, base);
+  const members = workspaces.map((workspace) => fleetMember(workspace, group, id));
   const beat = () => {
     const now = Date.now();
-    connection.zadd(beatKey, now, id).catch(() => {});
+    for (const member of members) connection.zadd(beatKey, now, member).catch(() => {});
     connection.zremrangebyscore(beatKey, '-inf', now - 4 * HEARTBEAT_TTL_MS).catch(() => {});
   };
   beat();
@@ -185,7 +213,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
       return running;
     },
     async ready() {
-      await worker.waitUntilReady();
+      await Promise.all(workers.map((worker) => worker.waitUntilReady()));
     },
     close() {
       // Once: a second call waits for the first stop rather than starting another.
@@ -195,7 +223,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
         // unless Redis stays unreachable for a lock duration: this worker can then neither renew
         // the locks nor report what it finishes (BullMQ would wait for it forever), and the jobs
         // it holds are handed back by BullMQ's stalled check (retried once, on the same record).
-        const graceful = worker.close();
+        const graceful = Promise.all(workers.map((worker) => worker.close()));
         graceful.catch(() => {});
         if (!(await untilOrUnreachable(graceful, connection, lockMs))) {
           logger.warn(
@@ -203,11 +231,14 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
             'worker stop: Redis unreachable for a lock duration, jobs handed back',
           );
           // Pending commands fail at once on the dropped sockets, so the close above unwinds.
-          await settleWithin(new Set([worker.disconnect()]), CLOSE_WAIT_MS);
+          await settleWithin(new Set(workers.map((w) => w.disconnect())), CLOSE_WAIT_MS);
         }
         // Redis may be gone (this client retries forever): the heartbeat's removal is bounded,
         // and the socket dropped; a stale heartbeat expires on its own.
-        await settleWithin(new Set([connection.zrem(beatKey, id)]), CLOSE_WAIT_MS);
+        await settleWithin(
+          new Set(members.map((member) => connection.zrem(beatKey, member))),
+          CLOSE_WAIT_MS,
+        );
         connection.disconnect();
       })();
       return closing;

@@ -70,7 +70,9 @@ export class QueueDeployment {
     return store;
   }
 
-  async server(options: { wait?: number; secretKey?: string } = {}): Promise<QueueSide> {
+  async server(
+    options: { wait?: number; secretKey?: string; group?: string; noWorkersWait?: number } = {},
+  ): Promise<QueueSide> {
     const registry = createExecutor({ runnables: this.runnables });
     const queue = createQueueExecutor({
       executor: registry,
@@ -78,6 +80,10 @@ export class QueueDeployment {
       secretKey: options.secretKey ?? SECRET_KEY,
       prefix: this.prefix,
       ...(options.wait === undefined ? {} : { wait: options.wait }),
+      ...(options.group === undefined ? {} : { group: options.group }),
+      // Worker processes of a loaded machine take seconds to start: misses wait for one (a test
+      // of the fail-fast gives its own, short, wait).
+      noWorkersWait: options.noWorkersWait ?? 30_000,
     });
     this.#closers.push(() => queue.close());
     await queue.ready();
@@ -90,7 +96,15 @@ export class QueueDeployment {
   }
 
   async worker(
-    options: { concurrency?: number; secretKey?: string; lockDuration?: number } = {},
+    options: {
+      concurrency?: number;
+      secretKey?: string;
+      lockDuration?: number;
+      /** @default ['demo'] (the orders fixture's workspace) */
+      workspaces?: string[];
+      group?: string;
+      onFinished?: (outcome: QueueJobOutcome) => void;
+    } = {},
   ): Promise<QueueWorker> {
     const executor = createExecutor({
       runnables: this.runnables,
@@ -112,7 +126,12 @@ export class QueueDeployment {
       redis: this.redis,
       secretKey: options.secretKey ?? SECRET_KEY,
       prefix: this.prefix,
-      onFinished: (outcome) => this.outcomes.push(outcome),
+      workspaces: options.workspaces ?? ['demo'],
+      ...(options.group === undefined ? {} : { group: options.group }),
+      onFinished: (outcome) => {
+        this.outcomes.push(outcome);
+        options.onFinished?.(outcome);
+      },
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
       ...(options.lockDuration === undefined ? {} : { lockDuration: options.lockDuration }),
     });

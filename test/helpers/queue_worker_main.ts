@@ -49,6 +49,7 @@ const worker = createQueueWorker({
   redis,
   secretKey: env('SECRET_KEY'),
   prefix: env('QUEUE_PREFIX'),
+  workspaces: [process.env['WORKSPACE'] || 'demo'],
   lockDuration: Number(env('LOCK_MS')),
   concurrency: 2,
   onFinished: (outcome) => process.stdout.write(`${JSON.stringify({ finished: outcome.code })}\n`),

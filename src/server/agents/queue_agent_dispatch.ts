@@ -87,10 +87,12 @@ export class QueueAgentDispatch implements AgentDispatch {
     try {
       do {
         if (signal.aborted) return null;
+        // The agent's own workspace's and group's queue: it never meets another's job.
         const held = await this.#source.next(
           agent.workspace,
           Math.max(0, until - Date.now()),
           signal,
+          agent.group,
         );
         if (held === null) return null;
         const taken = await this.#hand(held, agent, signal);

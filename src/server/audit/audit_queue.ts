@@ -39,6 +39,8 @@ export interface AuditQueue {
 export async function openAuditQueue(options: {
   readonly redisUrl: string;
   readonly secretKey: string;
+  /** The workspace the audit runs in: its worker takes that workspace's jobs. */
+  readonly workspace: string;
   readonly registry: Executor;
   readonly worker: Executor;
   readonly datatables: Datatables;
@@ -84,6 +86,7 @@ export async function openAuditQueue(options: {
       redis,
       secretKey: options.secretKey,
       prefix,
+      workspaces: [options.workspace],
       concurrency: 4,
       onFinished: () => {
         taken++;

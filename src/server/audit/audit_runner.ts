@@ -146,6 +146,7 @@ async function audit(
       ? await openAuditQueue({
           redisUrl: options.redisUrl!,
           secretKey: options.secretKey,
+          workspace,
           registry: executor,
           // The worker side: its own executor, observed as the in-process one is.
           worker: createExecutor({ runnables: apps.runnables, datatables: observed }),

@@ -38,7 +38,10 @@ export function addProcessCommands(program: Command): void {
       '--execution <mode>',
       'where misses run: in-process (here), queue (`viewer-cache worker` processes) or agent (agent workers); $VIEWER_CACHE_EXECUTION',
     )
-    .option('--agent-group <name>', 'with --execution agent: the worker group that runs the jobs')
+    .option(
+      '--agent-group <name>',
+      'with --execution agent or queue: the worker group that runs the jobs ($VIEWER_CACHE_AGENT_GROUP)',
+    )
     .action(async (options: ServeOptions) => {
       const config = readConfig(
         {
@@ -115,7 +118,15 @@ export function addProcessCommands(program: Command): void {
       '--demo',
       "run the demo's apps ($VIEWER_CACHE_DEMO; one of --apps and --demo is needed)",
     )
-    .option('--concurrency <n>', 'jobs run at once', '1')
+    .option('--concurrency <n>', 'jobs run at once (per workspace served)', '1')
+    .option(
+      '--workspaces <ids>',
+      "queue workers: the workspaces whose jobs this worker takes, comma-separated ($VIEWER_CACHE_WORKER_WORKSPACES; default: the apps module's workspace)",
+    )
+    .option(
+      '--group <name>',
+      'queue workers: the worker group whose jobs it takes ($VIEWER_CACHE_AGENT_GROUP; default: default)',
+    )
     .option(
       '--port <port>',
       'queue workers: serve /healthz and /metrics on this port (default: none)',
@@ -127,16 +138,26 @@ export function addProcessCommands(program: Command): void {
         demo?: boolean;
         concurrency: string;
         port?: string;
+        workspaces?: string;
+        group?: string;
       }) => {
         if (options.agent === true) {
           await runAgentWorker(options);
           return;
         }
-        const config = readConfig({
-          ...process.env,
-          ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
-          ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
-        });
+        const config = readConfig(
+          {
+            ...process.env,
+            ...(options.apps ? { VIEWER_CACHE_APPS: options.apps } : {}),
+            ...(options.demo ? { VIEWER_CACHE_DEMO: 'true' } : {}),
+            ...(options.workspaces ? { VIEWER_CACHE_WORKER_WORKSPACES: options.workspaces } : {}),
+            ...(options.group ? { VIEWER_CACHE_AGENT_GROUP: options.group } : {}),
+          },
+          flagsGiven(options, {
+            workspaces: ['VIEWER_CACHE_WORKER_WORKSPACES', '--workspaces'],
+            group: ['VIEWER_CACHE_AGENT_GROUP', '--group'],
+          }),
+        );
         const concurrency = Number(options.concurrency);
         if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000)
           throw new ConfigError(

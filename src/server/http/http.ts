@@ -69,6 +69,8 @@ export interface HttpDeps {
   };
   /** With jobs on workers: workers whose heartbeat is fresh, reported by `/readyz`. */
   liveWorkers?: () => Promise<number>;
+  /** With the queue: live workers and agents per `workspace/group` queue (`/readyz`'s `queues`). */
+  queueFleet?: () => Promise<Record<string, number>>;
   /**
    * With jobs on agents (`--execution agent`): the group whose agents take this server's misses;
    * `/readyz` is not ready while none of it is connected.

@@ -17,6 +17,7 @@ export interface OperatorDeps {
   readonly busState?: (() => string) | undefined;
   readonly storeState?: Check | undefined;
   readonly liveWorkers?: (() => Promise<number>) | undefined;
+  readonly queueFleet?: (() => Promise<Record<string, number>>) | undefined;
   readonly agentGroup?: string | undefined;
   readonly agents?: { readonly dispatch: { readonly presence: AgentPresence } } | undefined;
 }
@@ -37,6 +38,7 @@ export function registerOperatorRoutes(app: FastifyInstance, deps: OperatorDeps)
   // Each dependency asked at once and answered within a bound (readiness.ts): a hung
   // PostgreSQL or Redis is `timeout`, never a hung probe.
   let workers: number | undefined;
+  let queues: Record<string, number> | undefined;
   const checks: Record<string, Check> = {
     postgres: () => deps.datatables.ping().then(() => 'ok'),
   };
@@ -46,7 +48,11 @@ export function registerOperatorRoutes(app: FastifyInstance, deps: OperatorDeps)
     // Jobs on workers: misses wait for one, so none alive is not ready.
     checks['workers'] = async () => {
       workers = 0; // until this round's count arrives (a timeout reports none)
-      workers = await liveWorkers();
+      if (deps.queueFleet !== undefined) queues = {};
+      // One read of the fleet's heartbeats answers both (reads in flight are shared).
+      const [n, perQueue] = await Promise.all([liveWorkers(), deps.queueFleet?.()]);
+      workers = n;
+      queues = perQueue;
       return workers > 0 ? 'ok' : 'none';
     };
   }
@@ -71,6 +77,7 @@ export function registerOperatorRoutes(app: FastifyInstance, deps: OperatorDeps)
       checks: states,
       ...(bus === undefined ? {} : { invalidations: bus }),
       ...(workers === undefined ? {} : { workers }),
+      ...(queues === undefined ? {} : { queues }),
       ...(agents === undefined ? {} : { agents }),
     });
   });

@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { ConfigError } from '../../index.js';
+import { ConfigError, WORKSPACE_RE } from '../../index.js';
 
 /** How long a per-recipient delivery is kept, by default: 7 days. */
 export const DEFAULT_OUTBOX_RETENTION_MS = 7 * 86_400_000;
@@ -80,8 +80,16 @@ export interface ServerConfig {
    * `viewer-cache worker --agent`).
    */
   readonly execution: 'in-process' | 'queue' | 'agent';
-  /** With `execution: 'agent'`: the worker group whose agents run this server's jobs. */
+  /**
+   * The worker group: on a server in agent or queue mode, the group whose agents (and, with the
+   * queue, database workers) run its jobs; on a database worker, the group whose jobs it takes.
+   */
   readonly agentGroup: string;
+  /**
+   * A database worker's workspaces (VIEWER_CACHE_WORKER_WORKSPACES, `worker --workspaces`): it
+   * takes their jobs and no other's. null: the apps module's `workspace`.
+   */
+  readonly workerWorkspaces: readonly string[] | null;
   /** With the queue: longest a server waits for a worker to finish a job (ms). */
   readonly queueWaitMs: number;
   /**
@@ -235,6 +243,7 @@ function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
     ),
     execution: execution(env['VIEWER_CACHE_EXECUTION']),
     agentGroup: agentGroup(env['VIEWER_CACHE_AGENT_GROUP'] || 'default'),
+    workerWorkspaces: workspaceList(env['VIEWER_CACHE_WORKER_WORKSPACES']),
     queueWaitMs: integer(
       env['VIEWER_CACHE_QUEUE_WAIT_MS'] ?? '60000',
       'VIEWER_CACHE_QUEUE_WAIT_MS',
@@ -374,6 +383,18 @@ function agentGroup(raw: string): string {
   throw new ConfigError(
     `VIEWER_CACHE_AGENT_GROUP must be 1–63 lowercase letters, digits, _ or - (got ${JSON.stringify(raw)})`,
   );
+}
+
+function workspaceList(raw: string | undefined): readonly string[] | null {
+  if (raw === undefined || raw.trim() === '') return null;
+  const list = raw.split(',').map((w) => w.trim());
+  for (const workspace of list) {
+    if (!WORKSPACE_RE.test(workspace))
+      throw new ConfigError(
+        `VIEWER_CACHE_WORKER_WORKSPACES must be workspace ids, comma-separated (got ${JSON.stringify(workspace.slice(0, 40))})`,
+      );
+  }
+  return [...new Set(list)];
 }
 
 function queuePrefix(raw: string | undefined): string {

@@ -146,6 +146,21 @@ export function createMetrics(
     });
   }
 
+  const { queueFleet } = fleet;
+  if (queueFleet !== undefined) {
+    new Gauge({
+      name: 'viewer_cache_queue_takers_alive',
+      help: 'Queue mode: workers and agents whose heartbeat is fresh, by queue (workspace/group); none while the queue does not answer',
+      labelNames: ['queue'] as const,
+      registers: [registry],
+      async collect() {
+        const counts = await withinScrape(queueFleet());
+        this.reset();
+        for (const [queue, count] of Object.entries(counts ?? {})) this.set({ queue }, count);
+      },
+    });
+  }
+
   const { agentGroups } = fleet;
   if (agentGroups !== undefined) {
     new Gauge({
@@ -250,8 +265,10 @@ export function createMetrics(
 
 /** What the server knows of its fleet, for the gauges that describe it. */
 export interface MetricsFleet {
-  /** Queue mode: workers whose heartbeat is fresh. */
+  /** Queue mode: workers (and agents) of the server's group whose heartbeat is fresh. */
   liveWorkers?: () => Promise<number>;
+  /** Queue mode: live workers and agents per `workspace/group` queue. */
+  queueFleet?: () => Promise<Record<string, number>>;
   /** With agents: connected agents per `workspace/group`. */
   agentGroups?: () => Record<string, number>;
   /** Queue mode: the queue's jobs by state. */

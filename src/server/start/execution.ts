@@ -44,8 +44,10 @@ export interface Execution {
       token: string,
     ): Promise<(Pick<JobTokenGrant, 'workspace' | 'perms'> & { depth?: number }) | null>;
   };
-  /** With the queue: the workers heard from recently. */
+  /** With the queue: the workers and agents of the server's group heard from recently. */
   readonly liveWorkers?: () => Promise<number>;
+  /** With the queue: live workers and agents per `workspace/group` queue. */
+  readonly queueFleet?: () => Promise<Record<string, number>>;
   /** With the queue: its jobs by state. */
   readonly queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
   /** With agents: how jobs reach them and who they are. */
@@ -123,6 +125,10 @@ export async function queueExecution(
       wait: config.queueWaitMs,
       prefix: config.queuePrefix,
       name: childQueueName(QUEUE_NAME, depth),
+      // Each workspace's misses go to its queue of this group; a miss whose queue no worker or
+      // agent takes fails E_NO_WORKERS (after the start grace, or 5 s) instead of waiting it out.
+      group: config.agentGroup,
+      startGrace: config.agentStartGraceMs,
       logger,
       // Sealed into each record: where the job's child runs over HTTP go, so a worker needs no
       // address of its own (VIEWER_CACHE_SERVER_URL, when set on a worker, still wins).
@@ -163,6 +169,7 @@ export async function queueExecution(
     executor: childrenInProcess({ jobs: queue, remote: queue, local, childQueues }),
     jobTokens: { verify: async (token) => jobTokens.verify(token) ?? (await shared.verify(token)) },
     liveWorkers: () => queue.liveWorkers(),
+    queueFleet: () => queue.fleet(),
     queueDepth: () => queue.jobCounts(),
     agents: { dispatch, tokens, onJobEnded: (listener) => jobTokens.onRevoke(listener) },
   };

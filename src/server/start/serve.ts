@@ -71,11 +71,8 @@ export async function startServer(
     // record): the operator's VIEWER_CACHE_ADVERTISED_URL, else derived from the listen address
     // once the server listens (nothing is queued before that).
     let advertisedUrl: string | null = config.advertisedUrl;
-    const { executor, jobTokens, liveWorkers, queueDepth, agents } = await openExecution(
-      config,
-      assembly,
-      () => advertisedUrl,
-    );
+    const { executor, jobTokens, liveWorkers, queueFleet, queueDepth, agents } =
+      await openExecution(config, assembly, () => advertisedUrl);
     // Sealed: whoever can write to the shared Redis must not be able to serve forged rows.
     const cache = withResultCache(executor, assembly.cacheOptions);
     const apiTokens = new ApiTokens(pool, { logger });
@@ -134,6 +131,7 @@ export async function startServer(
     releases.push(async () => scheduler.stop());
     const metrics = createMetrics(cache, datatables, {
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(queueFleet ? { queueFleet } : {}),
       ...(queueDepth ? { queueDepth } : {}),
       ...(agents ? { agentGroups: () => agents.dispatch.presence.groups() } : {}),
     });
@@ -159,6 +157,7 @@ export async function startServer(
       apiTokens,
       jobTokens,
       ...(liveWorkers ? { liveWorkers } : {}),
+      ...(queueFleet ? { queueFleet } : {}),
       ...(config.execution === 'agent' ? { agentGroup: config.agentGroup } : {}),
       embedVerifier: createEmbedVerifier({ keys: embedKeys }),
       metrics,

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import { Counter, Histogram } from 'prom-client';
 import {
   CHILD_QUEUE_DEPTHS,
+  ConfigError,
   childQueueName,
   createExecutor,
   createQueueWorker,
@@ -86,6 +87,15 @@ export async function startWorker(
     store: true,
   });
   const { apps: world, secretKey, datatables, releases } = assembly;
+  // The workspaces whose queues it reads: named, or the apps module's own.
+  const workspaces =
+    config.workerWorkspaces ?? (world.workspace === null ? null : [world.workspace]);
+  if (workspaces === null) {
+    await assembly.release();
+    throw new ConfigError(
+      'VIEWER_CACHE_WORKER_WORKSPACES is not set and the apps module names no workspace: a worker takes the jobs of the workspaces it is given (worker --workspaces a,b, or VIEWER_CACHE_WORKER_WORKSPACES=a,b)',
+    );
+  }
   logger.info(
     { serverUrl: config.serverUrl !== null },
     config.serverUrl === null
@@ -147,6 +157,8 @@ export async function startWorker(
         prefix: config.queuePrefix,
         name: childQueueName(QUEUE_DEFAULTS.name, depth),
         depth,
+        workspaces,
+        group: config.agentGroup,
         concurrency: options.concurrency,
         ...(options.lockMs === undefined ? {} : { lockDuration: options.lockMs }),
         logger,
@@ -208,7 +220,10 @@ export async function startWorker(
           : null;
       releases.push(() => new Promise((resolve) => http.close(resolve)));
     }
-    logger.info({ id: worker.id, concurrency: options.concurrency }, 'worker started');
+    logger.info(
+      { id: worker.id, concurrency: options.concurrency, workspaces, group: config.agentGroup },
+      'worker started',
+    );
     return { worker, url, close };
   } catch (err) {
     await close();

@@ -47,6 +47,16 @@ describe('configuration errors', () => {
       names: /^--concurrency must be an integer from 1/,
     },
     {
+      what: 'worker --workspaces with a bad id',
+      args: ['worker', '--demo', '--workspaces', 'demo,no/slash'],
+      names: /^--workspaces must be workspace ids/,
+    },
+    {
+      what: 'worker --group with capitals',
+      args: ['worker', '--demo', '--group', 'GPU'],
+      names: /^--group must be 1–63 lowercase/,
+    },
+    {
       what: 'LOG_LEVEL=loud',
       env: { LOG_LEVEL: 'loud' },
       args: ['serve'],

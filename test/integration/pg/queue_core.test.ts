@@ -8,6 +8,7 @@ import {
   type RunnableDefinition,
   SharedJobTokens,
 } from '../../../src/index.js';
+import { fleetKey, fleetMember, routedQueueName } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
 import { sealJob } from '../../../src/queue/sealed_job.js';
 import { deferred } from '../../helpers/deferred.js';
@@ -277,6 +278,8 @@ describe('single flight across servers, scoped to the full key', () => {
 
 describe('forged queue messages are refused', () => {
   const keys = new QueueKeys(SECRET_KEY);
+  /** The queue of the orders workspace's jobs (the default group). */
+  const QUEUE = routedQueueName('jobs', WS, 'default');
 
   /** A job as the server records it (alice's, say): what a genuine message seals. */
   async function jobFor(viewer: string, workspace = WS): Promise<Job> {
@@ -290,12 +293,12 @@ describe('forged queue messages are refused', () => {
   }
 
   function sealed(job: Job, sealKeys = keys, queueId = keys.queueId(`forged:${job.id}`)) {
-    const place = { prefix: deploy.prefix, name: 'jobs' };
+    const place = { prefix: deploy.prefix, name: QUEUE };
     return sealJob(sealKeys, place, job, 'app', queueId, Date.now() + 60_000);
   }
 
   async function send(data: object, jobId = (data as { queueId: string }).queueId) {
-    const queue = new Queue('jobs', { connection: deploy.redis, prefix: deploy.prefix });
+    const queue = new Queue(QUEUE, { connection: deploy.redis, prefix: deploy.prefix });
     const before = deploy.outcomes.length;
     await queue.add('run', data, { jobId, removeOnComplete: true, removeOnFail: true });
     await waitUntil('the worker answered', () => deploy.outcomes.length > before);
@@ -335,7 +338,7 @@ describe('forged queue messages are refused', () => {
       'E_QUEUE_JOB_REFUSED',
     );
     // A genuine record past its deadline (the server gave up on it).
-    const place = { prefix: deploy.prefix, name: 'jobs' };
+    const place = { prefix: deploy.prefix, name: QUEUE };
     const late = sealJob(keys, place, job, 'app', keys.queueId(`late:${job.id}`), Date.now() - 1);
     expect(await send(late)).toBe('E_QUEUE_JOB_REFUSED');
     // The message with an extra field (a viewer, say) is not a message.
@@ -350,12 +353,18 @@ describe('forged queue messages are refused', () => {
     // rows, on a deployment of its own where no honest worker competes for the job.
     const lone = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
     const aliceSealed = keys.sealResult(keys.queueId('alice-flight'), Buffer.from('[1,3]'));
-    const rogue = new Worker('jobs', async () => aliceSealed, {
+    const rogue = new Worker(QUEUE, async () => aliceSealed, {
       connection: lone.redis.duplicate(),
       prefix: lone.prefix,
     });
     try {
       await rogue.waitUntilReady();
+      // It beats as a worker of the queue does, so the server enqueues.
+      await lone.redis.zadd(
+        fleetKey(lone.prefix, 'jobs'),
+        Date.now(),
+        fleetMember(WS, 'default', 'rogue'),
+      );
       const server = await lone.server({ wait: 5000 });
       await expect(
         runFor(server.registry, 'uncached', app(BOB), { through: server.cached }),

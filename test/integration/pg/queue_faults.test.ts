@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
+import { fleetKey, fleetMember } from '../../../src/queue/queue_names.js';
 import { freePort } from '../../helpers/free_port.js';
 import { app, type OrdersDb, ordersDb, ROWS, runFor, SECRET_KEY } from '../../helpers/orders_db.js';
 import { QueueDeployment } from '../../helpers/queue_fixture.js';
@@ -143,6 +144,13 @@ describe('a server that gave up waiting', () => {
   it('answers E_QUEUE_TIMEOUT; a worker reaching the job later refuses it and nothing is cached', async () => {
     const deploy = fresh();
     const server = await deploy.server({ wait: 1000 });
+    // A worker that is alive but never gets to the job (its heartbeat, nothing else): the
+    // server enqueues (with no live worker at all it would fail E_NO_WORKERS instead).
+    await deploy.redis.zadd(
+      fleetKey(deploy.prefix, 'jobs'),
+      Date.now(),
+      fleetMember('demo', 'default', 'busy'),
+    );
     const args = { n: 3, ms: 10 };
     await expect(
       runFor(server.registry, 'slow', app(ALICE), { through: server.cached, args }),

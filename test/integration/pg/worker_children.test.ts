@@ -3,6 +3,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { childQueueName, createExecutor, type Job } from '../../../src/index.js';
+import { routedQueueName } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
 import { sealJob } from '../../../src/queue/sealed_job.js';
 import { demoToken } from '../../../src/server/credentials/tokens.js';
@@ -126,7 +127,11 @@ describe('a worker with no address of its own runs job-token children', { timeou
         parent: { perms: { email: DEMO_PUBLISHER, endUserEmail: CAROL } },
       },
     });
-    const depth1 = { prefix: queuePrefix, name: childQueueName('jobs', 1) };
+    // Each depth's queue is routed like the rest: per workspace and group.
+    const depth1 = {
+      prefix: queuePrefix,
+      name: routedQueueName(childQueueName('jobs', 1), WS, 'default'),
+    };
     const seal = (place = depth1, sealKeys = keys, childUrl: string | null = null) =>
       sealJob(
         sealKeys,
@@ -165,7 +170,9 @@ describe('a worker with no address of its own runs job-token children', { timeou
       const forged = await send(seal(depth1, foreign, 'http://attacker.example:8080'));
       expect([forged['code'], forged['path']]).toEqual(['E_QUEUE_JOB_REFUSED', null]);
       // A genuine record of the depth-0 queue, moved onto the depth-1 queue.
-      const moved = await send({ ...seal({ prefix: queuePrefix, name: 'jobs' }) });
+      const moved = await send({
+        ...seal({ prefix: queuePrefix, name: routedQueueName('jobs', WS, 'default') }),
+      });
       expect(moved['code']).toBe('E_QUEUE_JOB_REFUSED');
       // The genuine child message runs once, at depth 1 ...
       const good = seal();
