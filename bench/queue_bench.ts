@@ -3,7 +3,8 @@
  * DATABASE_URL, else an embedded PostgreSQL). Prints, as ratios within this run:
  * - a miss through the queue (one worker process) vs in process: added latency p50 / p99; the
  *   added p50 against a bare BullMQ round trip (add, a worker process returns it, await it);
- * - throughput of misses with 1 and 2 worker processes (32 callers);
+ * - throughput of misses with 1 and 2 worker processes (32 callers), and of bare BullMQ round
+ *   trips through the same worker process;
  * - the hit path: a hit through a queue-mode cache vs an in-process one (hits never enqueue).
  * The runnable spends about 1 ms of CPU and returns a small result; no data table is involved,
  * so what is measured is the queue's own cost. Misses and hits are measured interleaved (one in
@@ -77,7 +78,9 @@ function run(cache: CachedExecutor, registry: Executor, args: Record<string, unk
 }
 
 async function startWorker(databaseUrl: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
+  // QUEUE_BENCH_WORKER_ARGS: node flags for the worker processes (`--cpu-prof --cpu-prof-dir=…`).
+  const flags = (process.env['QUEUE_BENCH_WORKER_ARGS'] ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...flags, '--import', 'tsx', WORKER], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,
@@ -85,7 +88,7 @@ async function startWorker(databaseUrl: string): Promise<ChildProcess> {
       QUEUE_PREFIX,
       CACHE_PREFIX,
       // As many job slots as callers: in process, nothing caps how many misses run at once.
-      CONCURRENCY: String(CALLERS),
+      CONCURRENCY: process.env['QUEUE_BENCH_CONCURRENCY'] ?? String(CALLERS),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -203,6 +206,8 @@ try {
   const total = N * 2;
   const inProc = await throughput(total, CALLERS, (i) => run(inProcess, local, { t0: i }));
   const one = await throughput(total, CALLERS, (i) => run(queued, queue, { t1: i }));
+  // The floor's own rate: bare round trips through the same worker process.
+  const bareRate = await throughput(total, CALLERS, bareRoundTrip);
   workers.push(await startWorker(databaseUrl));
   const two = await throughput(total, CALLERS, (i) => run(queued, queue, { t2: i }));
   rows.push(
@@ -213,6 +218,14 @@ try {
       'in process',
       inProc,
       one,
+    ),
+    executionRow(
+      'queue_bare_1w',
+      `bare BullMQ round trips/s, 1 worker process, ${CALLERS} callers`,
+      '/s',
+      'in process',
+      inProc,
+      bareRate,
     ),
     executionRow(
       'queue_misses_2w',

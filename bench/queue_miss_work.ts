@@ -160,7 +160,11 @@ try {
   const workerCache = withResultCache(
     createExecutor({
       runnables: QUEUE_BENCH_RUNNABLES,
-      jobTokens: new SharedJobTokens({ redis, prefix: `{vc-work-${tag}}` }),
+      jobTokens: new SharedJobTokens({
+        redis,
+        prefix: `{vc-work-${tag}}`,
+        secretKey: QUEUE_BENCH_SECRET,
+      }),
     }),
     { store: store(), seal },
   );

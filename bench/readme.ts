@@ -121,8 +121,13 @@ route with nothing else started.
 - \`value_hit.ts\` — a hit that returns the parsed *value* (1 KiB), through
   \`createViewerCache(...).run\` and through \`withResultCache\` handed the same jobs as the peer,
   against \`Map.get\` + the same \`JSON.parse\` (the floor, ≤ 1.3×) and BentoCache
-  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64. Alone:
-  \`npx tsx bench/value_hit.ts\`.
+  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64; \`value_hit_shared\`
+  is the same hit with \`values: 'shared'\` (one frozen value per entry, no parse per hit).
+  Alone: \`npx tsx bench/value_hit.ts\`.
+- \`hit_ab.ts\` — not part of \`npm run bench\`: the library's hits (value, Redis, sealed
+  Redis) of two builds in one process, interleaved with their floors, for a before/after:
+  \`VC_BASE_SRC=/tmp/base/src npx tsx bench/hit_ab.ts\` after
+  \`git archive <commit> src | tar -x -C /tmp/base\`.
 - \`memory_per_entry.ts\` — bytes, not time: 100 k entries of 1 KiB JSON through
   \`createViewerCache(...).run\` against a bare \`lru-cache\` holding the same JSON, each filled
   in a process of its own (\`memory_entry_process.ts\`, \`--expose-gc\`, full GCs before and
@@ -144,10 +149,22 @@ route with nothing else started.
 - \`queue_bench.ts\` — where a miss runs: the same miss (a runnable of ~1 ms CPU, no
   data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
   process, interleaved (p50, p99); misses/s at 32 callers in process, with 1 and with 2 workers;
-  and a hit on the queue-mode cache vs an in-process one (a hit never enqueues). On the run's
-  Postgres and Redis, in a process of its own. The worker has as many job slots as there are
-  callers (in process nothing caps them), and the added p50 is set beside a bare BullMQ round
-  trip on the same Redis (add, a bare worker in the worker process returns it, await it).
+  and a hit on the queue-mode cache vs an in-process one (a hit never enqueues); bare BullMQ
+  round trips/s through the same worker process at 32 callers (no runnable's CPU: the queue's
+  own ceiling). On the run's Postgres and Redis, in a process of its own. The worker has as
+  many job slots as there are callers (in process nothing caps them), and the added p50 is set
+  beside a bare BullMQ round trip on the same Redis (add, a bare worker in the worker process
+  returns it, await it).
+  \`QUEUE_BENCH_CONCURRENCY\` sets the worker's job slots (default: one per caller),
+  \`QUEUE_BENCH_WORKER_ARGS\` node flags for the worker processes (\`--cpu-prof
+  --cpu-prof-dir=DIR\` to profile them).
+- \`queue_monitor.ts\` — not a table row: the Redis commands of a few sequential queued misses,
+  in order, each with its time since the miss began and the connection that sent it (commands
+  run inside BullMQ's scripts indented), beside a bare BullMQ round trip, from \`MONITOR\` on a
+  private \`redis-server\` (\`npx tsx bench/queue_monitor.ts 3\`). What the worker waits for between
+  taking a job and completing it is read there.
+- \`queue_miss_work.ts\` — not timed: PostgreSQL transactions and Redis commands per queued miss,
+  beside a bare BullMQ round trip and a miss in process (see docs/queue.md, "What it costs").
 - \`outsider_http.ts\` — the HTTP hit as someone else's harness measures it: the servers in a
   process of their own (\`outsider_server.ts\`), **autocannon** in another, against the floor
   (Fastify with a bearer check and one Redis \`GET\` of the same bytes), the cached app request

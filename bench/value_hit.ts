@@ -5,6 +5,8 @@
  *
  * - `map_get_parse` (floor): `Map.get` of the same JSON text under a precomputed key, and the
  *   same `JSON.parse`: what any in-process cache returning a fresh value cannot do without;
+ * - `value_hit_shared`: the same with `values: 'shared'`: each entry's value parsed once and
+ *   deep-frozen, every hit of that entry handed the same object (no parse per hit);
  * - `result_cache_value_hit`: the same hit through `withResultCache` handed the very jobs
  *   BentoCache is handed (no `createViewerCache` job building: the like-for-like row);
  * - `bento_memory_ref_value_hit`: BentoCache 1.6.1 `getOrSet`, memory store, `serialize: false`,
@@ -53,12 +55,32 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
       },
     },
     store,
-    ttl: TTL_S * 1000,
+    ttl: `${TTL_S}s`,
     workspace: fx.jobs[0]!.workspace,
   });
   for (const run of runs) await cache.run(run);
   if (store.size !== runs.length) {
     throw new BenchInvariantError(`value_hit: filled ${store.size}/${runs.length}`);
+  }
+  const sharedStore = new MemoryCacheStore({
+    maxBytes: Math.max(64 << 20, runs.length * bytes * 2),
+  });
+  const shared = createViewerCache({
+    functions: {
+      [fx.jobs[0]!.runnable.path]: () => {
+        executions++;
+        if (armed) throw new BenchInvariantError('value_hit_shared: a measured "hit" executed');
+        return value;
+      },
+    },
+    store: sharedStore,
+    ttl: `${TTL_S}s`,
+    workspace: fx.jobs[0]!.workspace,
+    values: 'shared',
+  });
+  for (const run of runs) await shared.run(run);
+  if (sharedStore.size !== runs.length) {
+    throw new BenchInvariantError(`value_hit_shared: filled ${sharedStore.size}/${runs.length}`);
   }
 
   const map = new Map<string, string>(fx.keys.map((key) => [key, text]));
@@ -120,6 +142,22 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
       },
     },
     {
+      id: 'value_hit_shared',
+      label: "the same with `values: 'shared'` (one frozen value per entry, no parse per hit)",
+      async: true,
+      op: async (i: number) => {
+        const result = await shared.run(runs[i % n]!);
+        if (!result.fromCache) throw new BenchInvariantError('value_hit_shared: not a hit');
+        check('value_hit_shared', result.value);
+      },
+      verify: () => {
+        const { storeErrors, rejected, bypasses } = shared.stats;
+        if (storeErrors + rejected + bypasses > 0 || executions !== executed) {
+          throw new BenchInvariantError(`value_hit_shared: ${JSON.stringify(shared.stats)}`);
+        }
+      },
+    },
+    {
       id: 'result_cache_value_hit',
       label: '`withResultCache` hit, `MemoryCacheStore`, the same jobs, `result.value`',
       async: true,
@@ -145,6 +183,7 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
     scenarios,
     close: async () => {
       await cache.close();
+      await shared.close();
       await jobStore.close();
     },
   };
@@ -153,7 +192,7 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
 /** Goals: ≤ 1.3 × the floor's p50 (one caller); ≥ BentoCache `serialize: false` (both modes). */
 export function judgeValueHit(rows: Row[]): void {
   for (const row of rows) {
-    if (row.id !== 'value_hit' && row.id !== 'result_cache_value_hit') continue;
+    if (!['value_hit', 'value_hit_shared', 'result_cache_value_hit'].includes(row.id)) continue;
     const bento = rows.find((r) => r.mode === row.mode && r.id === 'bento_memory_ref_value_hit');
     if (bento === undefined) continue;
     if (row.mode === 'single') {

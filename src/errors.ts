@@ -467,6 +467,40 @@ export const QueryTimeoutError = defineError(
 );
 export type QueryTimeoutError = InstanceType<typeof QueryTimeoutError>;
 /**
+ * A proxied statement named a transaction its job does not hold: never opened, already ended
+ * and rolled back (by a COMMIT or ROLLBACK), or another job's. Nothing ran.
+ */
+export const TransactionUnknownError = defineError(
+  'E_TRANSACTION_UNKNOWN',
+  'TransactionUnknownError',
+  "no open transaction of this job has that id (ended, never opened, or another job's)",
+  404,
+);
+export type TransactionUnknownError = InstanceType<typeof TransactionUnknownError>;
+/**
+ * The query proxy rolled the job's transaction back before this statement: it passed one of its
+ * bounds (open too long, idle too long), a statement of it ran past its time, or the job or the
+ * server ended. Every statement of it is refused so until the runnable sends ROLLBACK.
+ */
+export const TransactionEndedError = defineError(
+  'E_TRANSACTION_ENDED',
+  'TransactionEndedError',
+  'the query proxy rolled this transaction back: nothing of it was committed; send ROLLBACK, then start again',
+  409,
+);
+export type TransactionEndedError = InstanceType<typeof TransactionEndedError>;
+/**
+ * A proxied transaction would pass a bound of the query proxy: more statements than one
+ * transaction may run (it is rolled back), or more transactions open at once than a job may hold.
+ */
+export const TransactionLimitError = defineError(
+  'E_TRANSACTION_LIMIT',
+  'TransactionLimitError',
+  'the transaction passed a bound of the query proxy (statements per transaction, or transactions open per job): nothing of it was committed',
+  400,
+);
+export type TransactionLimitError = InstanceType<typeof TransactionLimitError>;
+/**
  * `withResultCache` was given a shared store (Redis, two tiers, or a store that does not declare
  * itself unshared) without `seal` (SPEC invariant 21): anyone who can write to that store could
  * serve forged results, and anyone who can read it could read them.
@@ -623,6 +657,9 @@ export const errors = {
   E_STATEMENT_REFUSED: StatementRefusedError,
   E_RESULT_TOO_LARGE: ResultTooLargeError,
   E_QUERY_TIMEOUT: QueryTimeoutError,
+  E_TRANSACTION_UNKNOWN: TransactionUnknownError,
+  E_TRANSACTION_ENDED: TransactionEndedError,
+  E_TRANSACTION_LIMIT: TransactionLimitError,
   E_SEAL_REQUIRED: SealRequiredError,
   E_QUEUE_UNAVAILABLE: QueueUnavailableError,
   E_QUEUE_TIMEOUT: QueueTimeoutError,

@@ -115,6 +115,9 @@ export {
   StatementRefusedError,
   StoreNotReadyError,
   StoreUnavailableError,
+  TransactionEndedError,
+  TransactionLimitError,
+  TransactionUnknownError,
   UnknownDatatableError,
   UnknownRoleError,
   UnknownRunnableError,
@@ -175,6 +178,12 @@ export { runMigrations } from './pg/migration_runner.js';
 /** Why an error (or its cause chain) says a database cannot be reached, or null: for retries. */
 export { isDataException, unreachableReason } from './pg/sqlstate.js';
 export { withTransaction } from './pg/transaction.js';
+export type {
+  ProxiedTransactionQuery,
+  ProxiedTransactionResult,
+  RawProxyTransactionLimits,
+} from './proxy/proxy_transactions.js';
+export { endedItsTransaction, ProxyTransactions } from './proxy/proxy_transactions.js';
 export type {
   ProxiedQuery,
   ProxiedQueryResult,

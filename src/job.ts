@@ -199,6 +199,13 @@ export interface RunOptions {
    * a miss; an executor that dispatches elsewhere (the job queue) coalesces by it.
    */
   readonly flight?: string;
+  /**
+   * The caller has just looked this run's key up and missed (a queue worker answering a
+   * server's miss): a result cache executes at once, without reading its store again. The run
+   * is still coalesced with identical ones in flight and its result stored as on any miss.
+   * Not passed on to child runs.
+   */
+  readonly knownMiss?: boolean;
 }
 
 /** Anything that runs jobs: the platform's executor, or one wrapped in a cache. */

@@ -75,3 +75,57 @@ export class StoredResult implements JobResult {
     return this.bytes;
   }
 }
+
+/**
+ * What {@link SharedStoredResult} remembers: each held entry's parsed, deep-frozen value, keyed
+ * by the entry object the memory store holds. An entry object is held under one key only (the
+ * store copies what it is handed, and every entry's envelope names its key's digest), so a value
+ * is shared between the hits of one key, never between keys, viewers or caches; it goes when
+ * the entry does.
+ */
+export type SharedValues = WeakMap<object, unknown>;
+
+/**
+ * A hit served from process memory with `values: 'shared'`: its value is the entry's one parsed
+ * value, deep-frozen, the same object for every hit of that entry. Nothing a caller does to it
+ * can change what another hit gets (a write throws in strict code, is ignored otherwise).
+ */
+export class SharedStoredResult extends StoredResult {
+  readonly #entry: object;
+  readonly #values: SharedValues;
+
+  constructor(jobId: string, bytes: Uint8Array, entry: object, values: SharedValues) {
+    super(jobId, bytes);
+    this.#entry = entry;
+    this.#values = values;
+  }
+
+  override get value(): unknown {
+    let value = this.#values.get(this.#entry);
+    // JSON.parse never yields `undefined`: it means "not parsed yet".
+    if (value === undefined) {
+      value = deepFreeze(super.value);
+      this.#values.set(this.#entry, value);
+    }
+    return value;
+  }
+}
+
+/**
+ * Freezes a parsed JSON value and everything in it. With a stack of its own rather than
+ * recursion: JSON.parse reads nesting deeper than the call stack allows.
+ */
+export function deepFreeze<T>(value: T): T {
+  const todo: unknown[] = [value];
+  while (todo.length > 0) {
+    const next = todo.pop();
+    if (typeof next !== 'object' || next === null || Object.isFrozen(next)) continue;
+    Object.freeze(next);
+    if (Array.isArray(next)) {
+      for (let i = 0; i < next.length; i++) todo.push(next[i]);
+    } else {
+      for (const key of Object.keys(next)) todo.push((next as Record<string, unknown>)[key]);
+    }
+  }
+  return value;
+}

@@ -16,6 +16,11 @@ import type { KeyDigest } from './cache_key.js';
  */
 export class OpenedTier {
   readonly #memory: MemoryTier;
+  /**
+   * The entry object the last {@link read} that verified found: what a shared value is
+   * remembered by (`values: 'shared'`). Read at once, before anything else reads the tier.
+   */
+  entry: Uint8Array | null = null;
 
   constructor(memory: MemoryTier) {
     this.#memory = memory;
@@ -28,6 +33,7 @@ export class OpenedTier {
     const payload = decodeEntry(held, digest, now);
     // Whatever does not verify is dropped, so the next read goes to the shared tier.
     if (typeof payload === 'string') void this.#memory.delete(key);
+    else this.entry = held;
     return payload;
   }
 

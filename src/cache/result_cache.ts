@@ -2,7 +2,13 @@ import type { FingerprintFn, FingerprintTracking } from '../connector/fingerprin
 import { InvalidationUnsupportedError, InvalidJobError, StoreNotReadyError } from '../errors.js';
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import type { Job, JobExecutor, RunOptions } from '../job.js';
-import { ComputedResult, type JobResult, StoredResult } from '../job_result.js';
+import {
+  ComputedResult,
+  type JobResult,
+  SharedStoredResult,
+  type SharedValues,
+  StoredResult,
+} from '../job_result.js';
 import type { Logger } from '../logger.js';
 import { claimedExpiry } from '../stores/entry_header.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
@@ -93,6 +99,8 @@ class ResultCache implements CachedExecutor {
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
   /** Results computed across a change to their fingerprint: never handed to joiners. */
   readonly #moved = new WeakSet<ComputedResult>();
+  /** With `values: 'shared'`: the parsed value of each entry read from memory; else `null`. */
+  readonly #values: SharedValues | null;
   /** Whether the fingerprint function is failing (its first failure was logged). */
   #fingerprintFailing = false;
 
@@ -128,6 +136,7 @@ class ResultCache implements CachedExecutor {
     // Runs carry their runnable's tag only when the store invalidates (by path): its memory
     // tier then drops just the invalidated runnable's entries. Decided here, not per call.
     this.#runs = new CacheRuns(this.#codec, this.#invalidation !== null);
+    this.#values = resolved.sharedValues ? new WeakMap() : null;
   }
 
   invalidate(scope: InvalidationScope): Promise<void> {
@@ -150,8 +159,10 @@ class ResultCache implements CachedExecutor {
       const passDown = options?.dispatcher ? options : this.#passDown;
       const ttlMs = this.#ttlMs(job);
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
+      // A miss the caller just had (a queue worker's job): no second read of the store.
+      const known = options?.knownMiss === true;
       if (this.#fingerprint === null)
-        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown), known);
       let fingerprint: ReturnType<FingerprintFn>;
       try {
         fingerprint = this.#fingerprint(job);
@@ -161,12 +172,12 @@ class ResultCache implements CachedExecutor {
       // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
       if (!isThenable(fingerprint)) {
         this.#fingerprintAnswered();
-        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown));
+        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown), known);
       }
       return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
-          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown));
+          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown), known);
         },
         (err: unknown) => this.#fingerprintFailed(job, err, passDown),
       );
@@ -196,13 +207,17 @@ class ResultCache implements CachedExecutor {
     this.#logger.info('cache fingerprint answering again');
   }
 
-  /** Read before you lock: join a flight, or read the store, and only on a miss execute. */
-  #lookup(run: CacheRun): Promise<JobResult> {
+  /**
+   * Read before you lock: join a flight, or read the store, and only on a miss execute.
+   * `knownMiss`: the caller missed this key a moment ago; the store is not read again.
+   */
+  #lookup(run: CacheRun, knownMiss = false): Promise<JobResult> {
     // No lookup at all while nothing is in flight, the usual state on a warm cache.
     if (this.#flights.size > 0) {
       const pending = this.#flights.get(run.key);
       if (pending !== undefined) return this.#join(run, pending);
     }
+    if (knownMiss) return this.#miss(run);
 
     // One clock reading for the whole lookup (the breaker, the memory tier, the envelope).
     const now = this.#now();
@@ -216,7 +231,7 @@ class ResultCache implements CachedExecutor {
       if (held !== null) {
         if (typeof held !== 'string') {
           this.#report.hit(run.job);
-          return Promise.resolve(new StoredResult(run.job.id, held));
+          return Promise.resolve(this.#fromMemory(run, held, this.#opened.entry!));
         }
         this.#report.rejected(run.job, held);
       }
@@ -235,7 +250,7 @@ class ResultCache implements CachedExecutor {
         if (typeof payload !== 'string') {
           this.#breaker.answered();
           this.#report.hit(run.job);
-          return Promise.resolve(new StoredResult(run.job.id, payload));
+          return Promise.resolve(this.#fromMemory(run, payload, held));
         }
       }
     }
@@ -255,6 +270,13 @@ class ResultCache implements CachedExecutor {
         return this.#miss(run);
       },
     );
+  }
+
+  /** A hit's result from the entry object process memory holds (`entry`), `payload` its JSON. */
+  #fromMemory(run: CacheRun, payload: Uint8Array, entry: object): StoredResult {
+    return this.#values === null
+      ? new StoredResult(run.job.id, payload)
+      : new SharedStoredResult(run.job.id, payload, entry, this.#values);
   }
 
   /** A verified entry is a hit; anything else (absent, corrupt, foreign, expired) is a miss. */

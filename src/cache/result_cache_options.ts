@@ -53,6 +53,23 @@ export interface RawResultCacheOptions {
   logger?: Logger;
   /** Milliseconds clock, for expiry and resting. @default Date.now */
   now?: () => number;
+  /**
+   * What `result.value` is on a hit served from process memory (the in-process store, or the
+   * memory tier of two tiers):
+   *
+   * - `'fresh'`: parsed from the stored JSON on every hit: each caller gets a value of its own,
+   *   and may change it.
+   * - `'shared'`: parsed once per entry and deep-frozen; every hit *of that same entry* (same
+   *   workspace, runnable, args, viewer and fingerprint) gets the same frozen object, never a
+   *   hit of another key. A hit then costs no parse (1 KiB: ≈ 3 µs less per hit), but a caller
+   *   cannot change what it got (a write throws in strict code), and each entry read keeps its
+   *   parsed value alive beside its bytes, outside `maxBytes` (docs/memory-store.md).
+   *
+   * Hits read from Redis are parsed per hit either way. `result.json()` is the stored bytes in
+   * both modes.
+   * @default 'fresh'
+   */
+  values?: 'fresh' | 'shared';
 }
 
 /** The options after validation and defaults; the hot path reads only these. */
@@ -66,6 +83,7 @@ export interface ResolvedResultCacheOptions {
   readonly storeRestMs: number;
   readonly logger: Logger;
   readonly now: () => number;
+  readonly sharedValues: boolean;
 }
 
 const MIN_SECRET_BYTES = 32;
@@ -94,7 +112,14 @@ export function resolveResultCacheOptions(
     storeRestMs: resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure'),
     logger: options.logger ?? silentLogger,
     now: options.now ?? Date.now,
+    sharedValues: resolveValues(options.values),
   });
+}
+
+function resolveValues(values: unknown): boolean {
+  if (values === undefined || values === 'fresh') return false;
+  if (values === 'shared') return true;
+  throw new TypeError("values must be 'fresh' or 'shared'");
 }
 
 function resolveSealSecret(

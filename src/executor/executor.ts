@@ -109,6 +109,12 @@ export interface RawDuckdbOptions {
 export interface JobTokenIssuer {
   issue(job: Job): string | Promise<string>;
   revoke(job: Job): void | Promise<void>;
+  /**
+   * `issue` answers at once (a string, no I/O): the token is then issued on the runnable's
+   * first read of `ctx.jobToken` — never after its job ended — and a job that never reads it
+   * is neither issued a token nor revoked one. @default false (issued before the code runs)
+   */
+  readonly lazy?: boolean;
 }
 
 /** What a server knows when it starts a run. */
@@ -237,11 +243,24 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       const abort = new AbortController();
       let timer: NodeJS.Timeout | undefined;
       const started = performance.now();
+      const issuer = options.jobTokens;
       let jobToken: string | null = null;
+      let tokenIssued = false;
+      let tokenClosed = false;
+      // A lazy issuer's token exists once the runnable reads it, and never after the job ended.
+      const tokenOf = (): string | null => {
+        if (tokenIssued || issuer === undefined || state.ended || tokenClosed) return jobToken;
+        tokenIssued = true;
+        jobToken = issuer.issue(job) as string;
+        return jobToken;
+      };
       try {
-        if (options.jobTokens !== undefined) jobToken = await options.jobTokens.issue(job);
+        if (issuer !== undefined && issuer.lazy !== true) {
+          jobToken = await issuer.issue(job);
+          tokenIssued = true;
+        }
         const work = runDefinition(found, job, {
-          jobToken,
+          jobToken: tokenOf,
           dispatcher,
           leases,
           state,
@@ -291,8 +310,8 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         });
       } finally {
         clearTimeout(timer);
-        if (jobToken !== null)
-          await Promise.resolve(options.jobTokens?.revoke(job)).catch(() => {});
+        tokenClosed = true;
+        if (tokenIssued) await Promise.resolve(issuer?.revoke(job)).catch(() => {});
         // From here on a connection that is still opening is released on arrival (see connect).
         state.ended = true;
         // A timed-out job may still hold a connection mid-query: destroy rather than reuse it.
@@ -333,7 +352,8 @@ function permsOf(runAs: string, origin: RunOrigin, credentialScope?: readonly nu
 }
 
 interface RunDeps {
-  jobToken: string | null;
+  /** The job's token (issued on first call when its issuer is lazy), or null. */
+  jobToken: () => string | null;
   dispatcher: JobExecutor;
   leases: DatatableLease[];
   /** `ended` turns true once the job's leases have been released. */
@@ -412,7 +432,9 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
     workspace: job.workspace,
     viewer: job.perms.endUserEmail,
     signal: deps.signal,
-    jobToken: deps.jobToken,
+    get jobToken() {
+      return deps.jobToken();
+    },
     async runChild(path, childArgs = {}, childOptions) {
       const child = deps.createChild(path, childArgs, childOptions?.cacheTtlS);
       deps.datatables?.startedChild?.(job, child);

@@ -7,6 +7,7 @@
 import {
   type CopyBound,
   type DatatableConnector,
+  type DatatableLease,
   type DatatableQueryResult,
   DEFAULT_COPY_BOUND,
 } from '../connector/datatable_connector.js';
@@ -156,8 +157,7 @@ export async function runProxiedQuery(
   if (job === null) throw new JobTokenInvalidError();
 
   const lease = await deps.connector.connect(job, ref);
-  let destroy = false;
-  let timer: NodeJS.Timeout | undefined;
+  const ran = { destroy: false };
   try {
     // Postgres cancels the statement itself; the reset on release (RESET ALL) takes it back.
     // Behind another proxy (an agent's connector) each statement is a lease of its own there,
@@ -170,15 +170,40 @@ export async function runProxiedQuery(
         [String(limits.timeoutMs)],
       );
     }
+    return await boundedStatement(lease, query.sql, params, copy, limits, ran);
+  } finally {
+    // A statement still running past its bound: the connection is closed, never pooled.
+    await lease.release(ran.destroy);
+  }
+}
+
+/**
+ * Runs one checked statement on `lease` within `limits` (its `statement_timeout` already set):
+ * the rows within the row and byte bounds (a copy: within its own), as the JSON a transport
+ * sends. A statement still running `CANCEL_GRACE_MS` past the time bound sets `ran.destroy`: the
+ * connection must be closed, never pooled.
+ *
+ * @internal shared with proxy_transactions.ts.
+ */
+export async function boundedStatement(
+  lease: DatatableLease,
+  sql: string,
+  params: readonly unknown[],
+  copy: CopyBound | undefined,
+  limits: ResolvedLimits,
+  ran: { destroy: boolean },
+): Promise<ProxiedQueryResult> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        destroy = true;
+        ran.destroy = true;
         reject(new QueryTimeoutError());
       }, limits.timeoutMs + CANCEL_GRACE_MS);
     });
     let result: DatatableQueryResult;
     try {
-      result = await Promise.race([lease.query(query.sql, params), late]);
+      result = await Promise.race([lease.query(sql, params), late]);
     } catch (err) {
       if ((err as { code?: unknown }).code === '57014') throw new QueryTimeoutError();
       throw err;
@@ -203,8 +228,6 @@ export async function runProxiedQuery(
     return { rows: result.rows, rowCount: result.rowCount, json };
   } finally {
     clearTimeout(timer);
-    // A statement still running past its bound: the connection is closed, never pooled.
-    await lease.release(destroy);
   }
 }
 
@@ -255,7 +278,8 @@ export function referenceOf(reference: ProxiedReference): DatatableRef {
   return { name, access: accessFromRoleName(role) };
 }
 
-interface ResolvedLimits {
+/** @internal */
+export interface ResolvedLimits {
   readonly maxRows: number;
   readonly maxBytes: number;
   readonly timeoutMs: number;
@@ -272,7 +296,7 @@ const DEFAULT_LIMITS: ResolvedLimits = Object.freeze({
 });
 
 /** The bound a copy asked for, within the copy maximum; undefined for a plain statement. */
-function copyBoundOf(raw: unknown, limits: ResolvedLimits): CopyBound | undefined {
+export function copyBoundOf(raw: unknown, limits: ResolvedLimits): CopyBound | undefined {
   if (raw === undefined || raw === null) return undefined;
   const { maxRows, maxBytes } = raw as Partial<CopyBound>;
   if (
@@ -313,7 +337,8 @@ function checkCopy(rows: readonly Record<string, unknown>[], bound: CopyBound): 
   }
 }
 
-function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
+/** @internal */
+export function resolveLimits(raw: RawQueryProxyLimits | undefined): ResolvedLimits {
   if (raw === undefined) return DEFAULT_LIMITS;
   const maxRows = raw.maxRows ?? DEFAULT_LIMITS.maxRows;
   if (!Number.isInteger(maxRows) || maxRows < 0) {

@@ -9,7 +9,8 @@
  * and no call of a function named `set_config` anywhere in it. Everything else is refused:
  * SET and RESET in every spelling (quoted `"role"`, `LOCAL`, `SESSION AUTHORIZATION`, `RESET ALL`),
  * `set_config('role', …)` however its arguments are built, EXECUTE of a prepared statement, DO,
- * CALL, PREPARE, COPY, DISCARD, transaction control and all DDL. An allowlist of what the
+ * CALL, PREPARE, COPY, DISCARD, transaction control (outside the proxy's own transactions, see
+ * {@link transactionVerdict}) and all DDL. An allowlist of what the
  * grammar *decided* the text is, rather than a scan for words that look like a role change: a
  * spelling nobody thought of is a kind not on the list.
  *
@@ -53,26 +54,85 @@ const STATEMENT_NODE = /^[A-Z][A-Za-z]*Stmt$/;
 /** Settings whose change is a change of who the session is. */
 const ROLE_SETTINGS = new Set(['role', 'session_authorization']);
 
+/**
+ * What a transaction-control statement does in the query proxy's transactions (see
+ * proxy_transactions.ts): `begin` (BEGIN, START TRANSACTION, with their isolation and access
+ * options), `commit` (COMMIT, END), `rollback` (ROLLBACK, ABORT), `savepoint` (SAVEPOINT,
+ * RELEASE, ROLLBACK TO). Never PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED (a prepared
+ * transaction outlives its session, so its lease) nor `AND CHAIN` (a COMMIT that opens the next
+ * one): those stay refused as a statement kind.
+ */
+export type TransactionControl = 'begin' | 'commit' | 'rollback' | 'savepoint';
+
+interface Decision {
+  readonly v: StatementVerdict;
+  /** Set when the text is one transaction-control statement the proxy's transactions run. */
+  readonly control?: TransactionControl;
+}
+
 // Runnables send the same few texts again and again; a parse is ≈ 48 µs (measured: 10 000
 // parses of a one-line SELECT on this machine class), a cached verdict a map lookup. Only
 // short texts are kept, so the cache is bounded in bytes as well as entries.
-const verdicts = new LRUCache<string, { readonly v: StatementVerdict }>({ max: 512 });
+const verdicts = new LRUCache<string, Decision>({ max: 512 });
 const CACHED_TEXT_MAX = 4096;
 
 let loading: Promise<void> | undefined;
 
-/** The verdict on `sql` (see the module comment). Loads the parser on first use. */
+/**
+ * The verdict on `sql` (see the module comment) for a statement on its own: transaction
+ * control is refused (`statement kind: TransactionStmt`). Loads the parser on first use.
+ */
 export async function statementVerdict(sql: string): Promise<StatementVerdict> {
-  const cached = verdicts.get(sql);
-  if (cached !== undefined) return cached.v;
-  loading ??= loadModule();
-  await loading;
-  const v = decide(sql);
-  if (sql.length <= CACHED_TEXT_MAX) verdicts.set(sql, { v });
-  return v;
+  return (await decision(sql)).v;
 }
 
-function decide(sql: string): StatementVerdict {
+/**
+ * The verdict on `sql` where the proxy keeps transactions: the same as {@link statementVerdict},
+ * except that a transaction-control statement it runs is answered with what it does.
+ */
+export async function transactionVerdict(
+  sql: string,
+): Promise<StatementVerdict | { readonly control: TransactionControl }> {
+  const d = await decision(sql);
+  return d.control === undefined ? d.v : { control: d.control };
+}
+
+async function decision(sql: string): Promise<Decision> {
+  const cached = verdicts.get(sql);
+  if (cached !== undefined) return cached;
+  loading ??= loadModule();
+  await loading;
+  const d = decide(sql);
+  if (sql.length <= CACHED_TEXT_MAX) verdicts.set(sql, d);
+  return d;
+}
+
+const CONTROLS: Readonly<Record<string, TransactionControl>> = {
+  TRANS_STMT_BEGIN: 'begin',
+  TRANS_STMT_START: 'begin',
+  TRANS_STMT_COMMIT: 'commit',
+  TRANS_STMT_ROLLBACK: 'rollback',
+  TRANS_STMT_SAVEPOINT: 'savepoint',
+  TRANS_STMT_RELEASE: 'savepoint',
+  TRANS_STMT_ROLLBACK_TO: 'savepoint',
+};
+
+function decide(sql: string): Decision {
+  const v = decideVerdict(sql);
+  if (v === null || !('node' in v) || v.node !== 'TransactionStmt') return { v };
+  // One statement, and it is transaction control (refused on its own): which kind.
+  const stmt = (parseSync(sql) as { stmts: { stmt: { TransactionStmt: TransactionNode } }[] })
+    .stmts[0]!.stmt.TransactionStmt;
+  const control = CONTROLS[stmt.kind ?? ''];
+  return control === undefined || stmt.chain === true ? { v } : { v, control };
+}
+
+interface TransactionNode {
+  readonly kind?: string;
+  readonly chain?: boolean;
+}
+
+function decideVerdict(sql: string): StatementVerdict {
   // libpg_query refuses the empty string outright; to Postgres it is an empty query.
   if (sql.length === 0) return { refusal: 'empty', node: 'none' };
   let stmts: readonly { stmt?: unknown }[];

@@ -17,12 +17,16 @@ export interface SharedJobTokenGrant {
 export interface JobTokenRedis {
   set(key: string, value: string, px: 'PX', ms: number): Promise<unknown>;
   get(key: string): Promise<string | null>;
-  del(key: string): Promise<number>;
 }
 
 export interface RawSharedJobTokensOptions {
   /** The Redis the servers queue on (ioredis `Redis` or `Cluster`; used as given). */
   redis: JobTokenRedis;
+  /**
+   * The deployment secret (VIEWER_CACHE_SECRET_KEY), the same on every server and worker: a
+   * token's grant is sealed under a key derived from it, so only a server or worker can make one.
+   */
+  secretKey: string;
   /** @default '{viewer-cache}' (the queue's prefix) */
   prefix?: string;
   /** Longest a token lives if its job never ends (a worker killed mid-job). @default 60 s + 30 s */
@@ -33,29 +37,44 @@ export interface RawSharedJobTokensOptions {
 
 const PREFIX = 'vcjob_';
 
+/** Longest token accepted: a grant with a long embed identity still fits (header limits: 16 KiB). */
+const MAX_TOKEN_CHARS = 8192;
+
 /** Longest a token command may take: a Redis that is away fails the job, it does not hang it. */
 const COMMAND_TIMEOUT_MS = 2000;
 
 /**
- * Job tokens shared by every server and worker of a deployment (child jobs, flow steps): a
- * random token; under a hash of it, Redis keeps its job's grant while the job runs — sealed with
- * a key derived from the token itself, so Redis holds nothing readable and nothing a Redis
- * writer could mint a token from — and it is deleted when the job ends, so any server accepts
- * the token while the job runs and none does once it has ended. A worker killed mid-job leaves a
- * token that still dies at `maxLifeMs` (the key's expiry). One Redis command to issue, one to
- * revoke, one to verify.
+ * Job tokens shared by every server and worker of a deployment (child jobs, flow steps). A token
+ * *is* its grant — job id, workspace, perms and expiry, sealed (AES-256-GCM) under a key derived
+ * from the deployment secret and bound to the queue's prefix — so any server accepts it from
+ * its first use without a lookup of what it stands for, and nobody without the secret can make
+ * one (not even a Redis writer). When the job ends, `revoke` marks it ended in Redis (under a
+ * SHA-256 of the token) until its expiry, and no server accepts it after; a worker killed
+ * mid-job leaves a token that still dies at `maxLifeMs`.
+ *
+ * Issued lazily ({@link JobTokenIssuer.lazy}): a runnable that never reads `ctx.jobToken` costs
+ * no Redis command at all; one that reads it costs one command when its job ends, and each
+ * verification one GET.
  */
 export class SharedJobTokens implements JobTokenIssuer {
+  /** `issue` answers at once: the executor issues on the runnable's first read of the token. */
+  readonly lazy = true;
   readonly #redis: JobTokenRedis;
   readonly #prefix: string;
   readonly #maxLifeMs: number;
   readonly #logger: Logger;
-  readonly #byJob = new Map<string, string>();
+  readonly #key: Buffer;
+  readonly #aad: Buffer;
+  /** Issued tokens of running jobs: the key their end is marked under, and their expiry. */
+  readonly #byJob = new Map<string, { key: string; expiresAt: number }>();
 
   constructor(options: RawSharedJobTokensOptions) {
     const redis = options?.redis;
     if (typeof redis?.set !== 'function' || typeof redis.get !== 'function')
       throw new TypeError('redis must be an ioredis Redis or Cluster client');
+    const secretKey = options.secretKey;
+    if (typeof secretKey !== 'string' || secretKey.length < 16)
+      throw new TypeError('secretKey must be the deployment secret (at least 16 characters)');
     this.#redis = redis;
     this.#prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
     if (typeof this.#prefix !== 'string' || this.#prefix.length === 0)
@@ -64,76 +83,79 @@ export class SharedJobTokens implements JobTokenIssuer {
     if (!Number.isInteger(this.#maxLifeMs) || this.#maxLifeMs <= 0)
       throw new TypeError('maxLifeMs must be a positive integer of milliseconds');
     this.#logger = options.logger ?? silentLogger;
+    this.#key = Buffer.from(
+      hkdfSync('sha256', secretKey, 'viewer-cache job token', 'grant v2', 32),
+    );
+    this.#aad = Buffer.from(JSON.stringify(['job token v2', this.#prefix]));
   }
 
-  /** Stored before the job's code runs: the token works from its first use. */
-  async issue(job: Job): Promise<string> {
-    const secret = randomBytes(32);
-    const token = PREFIX + secret.toString('base64url');
-    const key = this.#keyOf(token);
-    const grant = JSON.stringify([job.id, job.workspace, JSON.stringify(job.perms)]);
-    await bounded(this.#redis.set(key, seal(token, key, grant), 'PX', this.#maxLifeMs));
-    this.#byJob.set(job.id, key);
+  /** The job's token, valid from now until it is revoked or expires. No I/O. */
+  issue(job: Job): string {
+    const expiresAt = Date.now() + this.#maxLifeMs;
+    const grant = JSON.stringify([job.id, job.workspace, JSON.stringify(job.perms), expiresAt]);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
+    cipher.setAAD(this.#aad);
+    const body = Buffer.concat([cipher.update(grant, 'utf8'), cipher.final()]);
+    const token = PREFIX + Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64url');
+    this.#byJob.set(job.id, { key: this.#keyOf(token), expiresAt });
     return token;
   }
 
-  /** Deleted when the job ends, before its result is handed back. */
+  /** Marks the job's token ended (when one was issued), before its result is handed back. */
   async revoke(job: Job): Promise<void> {
-    const key = this.#byJob.get(job.id);
-    if (key === undefined) return;
+    const issued = this.#byJob.get(job.id);
+    if (issued === undefined) return;
     this.#byJob.delete(job.id);
+    // Kept until the token would have expired anyway (and a little beyond: clocks differ).
+    const ms = Math.max(1, issued.expiresAt - Date.now()) + ENDED_MARGIN_MS;
     try {
-      await bounded(this.#redis.del(key));
+      await bounded(this.#redis.set(issued.key, 'ended', 'PX', ms));
     } catch (err) {
       // The token still dies at its expiry; the job's own outcome is not changed by this.
-      this.#logger.warn({ code: (err as { code?: unknown }).code }, 'job token not deleted');
+      this.#logger.warn({ code: (err as { code?: unknown }).code }, 'job token not revoked');
     }
   }
 
-  /** The grant of a live token, or null (unknown, ended, expired, malformed). */
+  /** The grant of a live token, or null (forged, another deployment's, ended, expired). */
   async verify(token: string): Promise<SharedJobTokenGrant | null> {
-    if (typeof token !== 'string' || !token.startsWith(PREFIX) || token.length > 100) return null;
-    const key = this.#keyOf(token);
-    const sealed = await bounded(this.#redis.get(key));
-    if (sealed === null) return null;
-    const text = open(token, key, sealed);
+    if (typeof token !== 'string' || !token.startsWith(PREFIX) || token.length > MAX_TOKEN_CHARS)
+      return null;
+    const text = this.#open(token.slice(PREFIX.length));
     if (text === null) return null;
-    const [jobId, workspace, perms] = JSON.parse(text) as [string, string, string];
+    const [jobId, workspace, perms, expiresAt] = JSON.parse(text) as [
+      string,
+      string,
+      string,
+      number,
+    ];
+    if (!(expiresAt > Date.now())) return null;
+    if ((await bounded(this.#redis.get(this.#keyOf(token)))) !== null) return null;
     return { jobId, workspace, perms: permsFromJson(perms) };
   }
 
-  /** The key a token's grant lives under (in the queue's hash tag: one slot on a Cluster). */
+  #open(sealed: string): string | null {
+    const raw = Buffer.from(sealed, 'base64url');
+    if (raw.length < 28) return null;
+    try {
+      const decipher = createDecipheriv('aes-256-gcm', this.#key, raw.subarray(0, 12));
+      decipher.setAAD(this.#aad);
+      decipher.setAuthTag(raw.subarray(12, 28));
+      return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
+    } catch {
+      return null;
+    }
+  }
+
+  /** The key a token's end is marked under (in the queue's hash tag: one slot on a Cluster). */
   #keyOf(token: string): string {
-    const digest = createHash('sha256').update(`job token v1:${token}`).digest('base64url');
+    const digest = createHash('sha256').update(`job token v2:${token}`).digest('base64url');
     return `${this.#prefix}:jobtoken:${digest}`;
   }
 }
 
-/** AES-256-GCM under a key only the token's holder can derive, bound to the key name. */
-function seal(token: string, key: string, text: string): string {
-  const iv = randomBytes(12);
-  const cipher = createCipheriv('aes-256-gcm', grantKey(token), iv);
-  cipher.setAAD(Buffer.from(key));
-  const body = Buffer.concat([cipher.update(text, 'utf8'), cipher.final()]);
-  return Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64');
-}
-
-function open(token: string, key: string, sealed: string): string | null {
-  const raw = Buffer.from(sealed, 'base64');
-  if (raw.length < 28) return null;
-  try {
-    const decipher = createDecipheriv('aes-256-gcm', grantKey(token), raw.subarray(0, 12));
-    decipher.setAAD(Buffer.from(key));
-    decipher.setAuthTag(raw.subarray(12, 28));
-    return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
-  } catch {
-    return null;
-  }
-}
-
-function grantKey(token: string): Buffer {
-  return Buffer.from(hkdfSync('sha256', token, 'viewer-cache job token', 'grant v1', 32));
-}
+/** How long an ended mark outlives its token's expiry (a verifier whose clock lags). */
+const ENDED_MARGIN_MS = 60_000;
 
 /** A Redis command that fails with E_QUEUE_UNAVAILABLE rather than waiting for Redis forever. */
 async function bounded<T>(command: Promise<T>): Promise<T> {

@@ -61,6 +61,13 @@ export interface RawViewerCacheOptions {
   runAs?: string;
   /** @default silent */
   logger?: Logger;
+  /**
+   * `'shared'`: a hit from process memory hands back the entry's one parsed value, deep-frozen
+   * and shared by the hits of that same entry only (no parse per hit); `'fresh'`: a value of
+   * its own, parsed per hit. See `withResultCache`'s `values` and docs/memory-store.md.
+   * @default 'fresh'
+   */
+  values?: 'fresh' | 'shared';
 }
 
 /** One run: which function, with what, for whom (the origin), for how long. */
@@ -113,6 +120,7 @@ const OPTION_KEYS = [
   'workspace',
   'runAs',
   'logger',
+  'values',
 ] as const satisfies readonly (keyof RawViewerCacheOptions)[];
 
 /**
@@ -165,6 +173,7 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
     store,
     ...(options.datatables === undefined ? {} : { fingerprint: options.datatables.fingerprint }),
     ...(options.seal === undefined ? {} : { seal: options.seal }),
+    ...(options.values === undefined ? {} : { values: options.values }),
     logger,
   });
   const warned = new Set<string>();

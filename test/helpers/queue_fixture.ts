@@ -95,7 +95,11 @@ export class QueueDeployment {
     const executor = createExecutor({
       runnables: this.runnables,
       datatables: this.datatables,
-      jobTokens: new SharedJobTokens({ redis: this.redis, prefix: this.prefix }),
+      jobTokens: new SharedJobTokens({
+        redis: this.redis,
+        prefix: this.prefix,
+        secretKey: options.secretKey ?? SECRET_KEY,
+      }),
     });
     const cached = withResultCache(executor, {
       store: this.store(),

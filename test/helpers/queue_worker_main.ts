@@ -31,7 +31,11 @@ const redis = new Redis(env('REDIS_URL'), { maxRetriesPerRequest: null });
 redis.on('error', () => {});
 const executor = createExecutor({
   datatables,
-  jobTokens: new SharedJobTokens({ redis, prefix: env('QUEUE_PREFIX') }),
+  jobTokens: new SharedJobTokens({
+    redis,
+    prefix: env('QUEUE_PREFIX'),
+    secretKey: env('SECRET_KEY'),
+  }),
   runnables: SLOW_RUNNABLES,
 });
 const store = new RedisCacheStore({ redis: env('REDIS_URL'), prefix: env('CACHE_PREFIX') });

@@ -25,7 +25,9 @@ export interface ProxyClientOptions {
  * proxy with the job's token and the request spelt as a role name (`DATATABLE_VIEWER_ROLE` for
  * the viewer), and the server runs it as the job's recorded viewer. The runnable gets the same
  * `client.query(text, values)` as in process; nothing here holds a login, a password or a
- * connection string, and there is nothing to release (the server leases per statement).
+ * connection string. A statement on its own is a lease of its own on the server; `BEGIN` …
+ * `COMMIT`/`ROLLBACK` on one client is one transaction there, held under the id the server
+ * answered BEGIN with, and the client's statements go one after another (as on one connection).
  */
 export function createProxyConnector(options: ProxyClientOptions): DatatableConnector {
   const url = new URL('/api/agent/query', options.serverUrl);
@@ -64,10 +66,18 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
       const jobToken = options.jobTokenOf(job);
       if (jobToken === undefined) throw new JobTokenInvalidError('this job has no job token');
       const reference = { datatable: ref.name, role: accessToRoleName(ref.access) };
-      const ask = async (
+      // The transaction this client is in, as the server answered its BEGIN (null: none). The
+      // server decides what a text is (its grammar): this client only carries the id it was
+      // given, and forgets it when an answer says the transaction ended.
+      let transaction: string | null = null;
+      // One statement after another, as on one connection in process: a statement sent after
+      // BEGIN must carry the id BEGIN is answered with.
+      let turn: Promise<unknown> = Promise.resolve();
+      const send = async (
         text: string,
         values: readonly unknown[] | undefined,
         copy: CopyBound | undefined,
+        signal?: AbortSignal,
       ): Promise<DatatableQueryResult> => {
         // One CLIENT span per statement; its context goes with it (the server's span joins it).
         const response = await clientTraced('viewer_cache.agent.query', (traceparent) =>
@@ -84,15 +94,19 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
               reference,
               sql: text,
               params: values ?? [],
+              transaction,
               ...(copy === undefined ? {} : { copy }),
             }),
+            ...(signal === undefined ? {} : { signal }),
           }),
         );
         const body = (await response.json().catch(() => null)) as
           | (DatatableQueryResult & {
+              transaction?: string | null;
               error?: { code?: string; message?: string; sqlstate?: string };
             })
           | null;
+        if (body !== null && body.transaction !== undefined) transaction = body.transaction;
         if (!response.ok || body === null || !Array.isArray(body.rows)) {
           const error = body?.error;
           if (error?.code === 'E_QUERY_FAILED' && typeof error.sqlstate === 'string')
@@ -104,6 +118,15 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
         }
         return { rows: body.rows, rowCount: body.rowCount ?? null };
       };
+      const ask = (
+        text: string,
+        values: readonly unknown[] | undefined,
+        copy: CopyBound | undefined,
+      ): Promise<DatatableQueryResult> => {
+        const sent = turn.then(() => send(text, values, copy));
+        turn = sent.catch(() => {});
+        return sent;
+      };
       const query = (text: string, values?: readonly unknown[]) => ask(text, values, undefined);
       const client = Object.freeze({
         query: <Row = Record<string, unknown>>(text: string, values?: readonly unknown[]) =>
@@ -113,10 +136,28 @@ export function createProxyConnector(options: ProxyClientOptions): DatatableConn
       // the per-statement 10 000 rows, so that it is bounded here as in process.
       const copy = (text: string, values: readonly unknown[], bound: CopyBound) =>
         ask(text, values, bound);
-      return { client, query, copy, release: async () => {} };
+      return {
+        client,
+        query,
+        copy,
+        // A transaction the runnable left open is rolled back, as closing its connection does in
+        // process (and the server rolls it back anyway when the job ends or its bounds pass).
+        // Not in turn, and bounded: a statement still in flight (a job that timed out) is not
+        // waited for; the server orders it before the ROLLBACK, or, for a BEGIN still in flight,
+        // rolls it back when the job ends.
+        release: async () => {
+          if (transaction === null) return;
+          await send('rollback', [], undefined, AbortSignal.timeout(RELEASE_ROLLBACK_MS)).catch(
+            () => {},
+          );
+        },
+      };
     },
   };
 }
+
+/** Longest a released client waits for the ROLLBACK of a transaction left open (ms). */
+const RELEASE_ROLLBACK_MS = 5000;
 
 /**
  * A statement Postgres refused on the server, in the shape pg gives it in process (`code` is the

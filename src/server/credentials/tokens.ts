@@ -212,6 +212,12 @@ export interface JobTokenGrant {
 export class JobTokens implements JobTokenIssuer, RunningJobs {
   readonly #byHash = new Map<string, JobTokenGrant>();
   readonly #byJob = new Map<string, string>();
+  readonly #revoked: ((job: Job) => void)[] = [];
+
+  /** Told of every job whose token dies (it ended): the query proxy rolls its transactions back. */
+  onRevoke(listener: (job: Job) => void): void {
+    this.#revoked.push(listener);
+  }
 
   issue(job: Job): string {
     const token = JOB_TOKEN_PREFIX + crypto.randomBytes(32).toString('base64url');
@@ -225,7 +231,9 @@ export class JobTokens implements JobTokenIssuer, RunningJobs {
     const hash = this.#byJob.get(job.id);
     if (hash === undefined) return;
     this.#byJob.delete(job.id);
+    const grant = this.#byHash.get(hash);
     this.#byHash.delete(hash);
+    if (grant !== undefined) for (const listener of this.#revoked) listener(grant.job);
   }
 
   verify(token: string): JobTokenGrant | null {

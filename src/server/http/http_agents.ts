@@ -12,9 +12,12 @@ import {
   AgentProtocolError,
   type CopyBound,
   type DatatableConnector,
+  endedItsTransaction,
+  type Job,
   type ProxiedReference,
+  ProxyTransactions,
+  type RawProxyTransactionLimits,
   type RawQueryProxyLimits,
-  runProxiedQuery,
   runProxiedRoleCheck,
   runTraced,
   ViewerCacheError,
@@ -42,6 +45,13 @@ export interface AgentRouteDeps {
   /** Where proxied statements get their connections (the server's data tables). */
   readonly datatables: DatatableConnector;
   readonly proxyLimits?: RawQueryProxyLimits;
+  /** Bounds of the proxy's transactions (docs/agents.md, "Transactions"). */
+  readonly transactionLimits?: RawProxyTransactionLimits;
+  /**
+   * Subscribes to the end of every job an agent held (finished, timed out, lost, the server
+   * stopping): its transactions are rolled back then. Without it they end at their own bounds.
+   */
+  readonly onJobEnded?: (listener: (job: Job) => void) => void;
   /**
    * Largest finish request (a job's result), bytes. Agents are checked before their body is
    * read, so only an agent holding a valid token can send this much. @default 16 MiB
@@ -88,6 +98,9 @@ const queryBody = {
     },
     sql: { type: 'string', maxLength: 1 << 20 },
     params: { type: 'array', maxItems: 10_000 },
+    // The transaction the statement belongs to (`null`: none open), from an agent that keeps
+    // them; absent from one that does not (BEGIN is then refused as before).
+    transaction: { type: ['string', 'null'], maxLength: 100 },
     // A DuckDB copy's bound (runProxiedQuery caps it at the proxy's copy maximum).
     copy: {
       type: 'object',
@@ -122,8 +135,9 @@ const holdsBody = {
  * - `POST /api/agent/jobs/:id/beat` — the agent still works on it (every `beatMs` the take
  *   answered with, when it did: a queued job's lock is renewed by beats).
  * - `POST /api/agent/jobs/:id/finish` `{ ok: true, value }` | `{ ok: false, code, message }`.
- * - `POST /api/agent/query` `{ reference: { datatable, role }, sql, params? }` — rows, as the
- *   job's recorded viewer (see runProxiedQuery).
+ * - `POST /api/agent/query` `{ reference: { datatable, role }, sql, params?, transaction? }` —
+ *   rows, as the job's recorded viewer (see runProxiedQuery); with `transaction` (an id, or null
+ *   for none open) a BEGIN opens a transaction and answers its id (see ProxyTransactions).
  * - `POST /api/agent/holds` `{ datatable, role }` — `{ holds }`: `ctx.hasRole` for the job.
  */
 export function registerAgentRoutes(
@@ -167,6 +181,14 @@ export function registerAgentRoutes(
     dispatch.endTakes();
     done();
   });
+  const transactions = new ProxyTransactions({
+    connector: deps.datatables,
+    ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
+    ...(deps.transactionLimits ? { transactions: deps.transactionLimits } : {}),
+  });
+  deps.onJobEnded?.((job) => void transactions.endJob(job));
+  // Once no request is in flight: every transaction still open is rolled back, its lease back.
+  app.addHook('onClose', async () => transactions.close());
 
   app.post<{ Body: { waitMs?: number } }>(
     '/api/agent/jobs/take',
@@ -244,7 +266,13 @@ export function registerAgentRoutes(
   );
 
   app.post<{
-    Body: { reference: ProxiedReference; sql: string; params?: unknown[]; copy?: CopyBound };
+    Body: {
+      reference: ProxiedReference;
+      sql: string;
+      params?: unknown[];
+      copy?: CopyBound;
+      transaction?: string | null;
+    };
   }>(
     '/api/agent/query',
     { schema: { body: queryBody }, config, onRequest },
@@ -252,11 +280,12 @@ export function registerAgentRoutes(
       const agent = agentOf(request);
       const jobToken = request.headers[JOB_TOKEN_HEADER];
       const traceparent = jobOfRequest(request, agent) === null ? null : traceOf(request);
+      const { transaction } = request.body;
       const result = await runTraced(
         traceparent,
         'viewer_cache.agent.query',
         () =>
-          runProxiedQuery(
+          transactions.run(
             {
               protocol: AGENT_PROTOCOL_VERSION,
               jobToken: typeof jobToken === 'string' ? jobToken : '',
@@ -264,19 +293,17 @@ export function registerAgentRoutes(
               sql: request.body.sql,
               params: request.body.params ?? [],
               ...(request.body.copy === undefined ? {} : { copy: request.body.copy }),
+              ...(transaction === undefined ? {} : { transaction }),
             },
-            {
-              jobs: { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
-              connector: deps.datatables,
-              ...(deps.proxyLimits ? { limits: deps.proxyLimits } : {}),
-            },
+            { jobOfToken: (token) => dispatch.jobOfToken(agent, token) },
           ),
         {},
         SpanKind.SERVER,
       ).catch((err: unknown) => {
         const failed = statementFailure(err);
         if (failed === null) throw err;
-        return failed;
+        // A COMMIT Postgres refused ended the transaction: the agent forgets its id.
+        return endedItsTransaction(err) ? { ...failed, transaction: null } : failed;
       });
       if ('error' in result) return reply.status(400).send(result);
       return reply.type('application/json').send(result.json);

@@ -96,6 +96,17 @@ export interface ServerConfig {
    * restart); after it, 5 s, then E_NO_WORKERS (VIEWER_CACHE_AGENT_START_GRACE_MS). @default 60000
    */
   readonly agentStartGraceMs: number;
+  /**
+   * Bounds of an agent's transaction through the query proxy: longest open from its BEGIN
+   * (VIEWER_CACHE_AGENT_TX_MAX_MS, default 30000), longest between two of its statements
+   * (VIEWER_CACHE_AGENT_TX_IDLE_MS, default 10000), most statements
+   * (VIEWER_CACHE_AGENT_TX_MAX_STATEMENTS, default 1000). Past one it is rolled back.
+   */
+  readonly agentTransactions: {
+    readonly maxMs: number;
+    readonly idleMs: number;
+    readonly maxStatements: number;
+  };
   /** The queue's Redis key prefix: a Cluster hash tag, one per deployment sharing a Redis. */
   readonly queuePrefix: string;
   /** The server's URL as workers reach it (their runnables' job-token child runs). */
@@ -237,6 +248,26 @@ function readConfigOf(env: NodeJS.ProcessEnv): ServerConfig {
       0,
       3_600_000,
     ),
+    agentTransactions: {
+      maxMs: integer(
+        env['VIEWER_CACHE_AGENT_TX_MAX_MS'] || '30000',
+        'VIEWER_CACHE_AGENT_TX_MAX_MS',
+        100,
+        3_600_000,
+      ),
+      idleMs: integer(
+        env['VIEWER_CACHE_AGENT_TX_IDLE_MS'] || '10000',
+        'VIEWER_CACHE_AGENT_TX_IDLE_MS',
+        100,
+        3_600_000,
+      ),
+      maxStatements: integer(
+        env['VIEWER_CACHE_AGENT_TX_MAX_STATEMENTS'] || '1000',
+        'VIEWER_CACHE_AGENT_TX_MAX_STATEMENTS',
+        1,
+        1_000_000,
+      ),
+    },
     queuePrefix: queuePrefix(env['VIEWER_CACHE_QUEUE_PREFIX']),
     serverUrl: env['VIEWER_CACHE_SERVER_URL'] || null,
   };

@@ -41,7 +41,12 @@ export interface Execution {
   /** With the queue: its jobs by state. */
   readonly queueDepth?: () => Promise<{ waiting: number; active: number; delayed: number }>;
   /** With agents: how jobs reach them and who they are. */
-  readonly agents?: { readonly dispatch: AgentDispatch; readonly tokens: AgentTokens };
+  readonly agents?: {
+    readonly dispatch: AgentDispatch;
+    readonly tokens: AgentTokens;
+    /** Told when a job an agent held ends (its proxied transactions are rolled back). */
+    readonly onJobEnded: (listener: (job: Job) => void) => void;
+  };
 }
 
 /** Opens the execution mode `config.execution` names. */
@@ -89,7 +94,12 @@ export async function queueExecution(
   const queueRedis = openQueueRedis(config, logger);
   releases.push(() => queueRedis.quit());
   // Job tokens are shared (every server accepts a worker's), also those of the children here.
-  const shared = new SharedJobTokens({ redis: queueRedis, prefix: config.queuePrefix, logger });
+  const shared = new SharedJobTokens({
+    redis: queueRedis,
+    secretKey,
+    prefix: config.queuePrefix,
+    logger,
+  });
   const local = localExecutor(assembly, shared);
   const queue = createQueueExecutor({
     executor: local,
@@ -129,7 +139,7 @@ export async function queueExecution(
     jobTokens: { verify: async (token) => jobTokens.verify(token) ?? (await shared.verify(token)) },
     liveWorkers: () => queue.liveWorkers(),
     queueDepth: () => queue.jobCounts(),
-    agents: { dispatch, tokens },
+    agents: { dispatch, tokens, onJobEnded: (listener) => jobTokens.onRevoke(listener) },
   };
 }
 
@@ -153,7 +163,7 @@ export async function agentExecution(
   return {
     executor: childrenInProcess({ jobs: local, remote, local }),
     jobTokens: { verify: async (token) => jobTokens.verify(token) },
-    agents: { dispatch, tokens },
+    agents: { dispatch, tokens, onJobEnded: (listener) => jobTokens.onRevoke(listener) },
   };
 }
 

@@ -170,6 +170,12 @@ export async function startServer(
               dispatch: agents.dispatch,
               datatables,
               resultLimitBytes: config.agentResultLimitBytes,
+              transactionLimits: {
+                maxDuration: config.agentTransactions.maxMs,
+                idleTimeout: config.agentTransactions.idleMs,
+                maxStatements: config.agentTransactions.maxStatements,
+              },
+              onJobEnded: agents.onJobEnded,
             },
           }
         : {}),

@@ -90,6 +90,7 @@ export async function startWorker(
     releases.push(() => queueRedis.quit());
     const jobTokens = new SharedJobTokens({
       redis: queueRedis,
+      secretKey,
       prefix: config.queuePrefix,
       logger,
     });

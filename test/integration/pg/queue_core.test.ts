@@ -1,3 +1,4 @@
+import { createCipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
 import { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
@@ -61,10 +62,19 @@ const runnables: Record<string, RunnableDefinition> = {
     fn: async (_args, ctx) => ({
       token: ctx.jobToken,
       live: (
-        await new SharedJobTokens({ redis: deploy.redis, prefix: deploy.prefix }).verify(
-          String(ctx.jobToken),
-        )
+        await new SharedJobTokens({
+          redis: deploy.redis,
+          prefix: deploy.prefix,
+          secretKey: SECRET_KEY,
+        }).verify(String(ctx.jobToken))
       )?.perms.endUserEmail,
+    }),
+  },
+  quiet: {
+    cacheTtlS: 0,
+    // Never reads ctx.jobToken: looks, while it runs, for any job token written to Redis.
+    fn: async () => ({
+      tokensInRedis: (await deploy.redis.keys(`${deploy.prefix}:jobtoken:*`)).length,
     }),
   },
 };
@@ -125,8 +135,70 @@ describe('a miss runs on a worker, as the viewer the server recorded', () => {
     const { token, live } = result.value as { token: string; live: string };
     expect(token).toMatch(/^vcjob_/);
     expect(live).toBe(ALICE);
-    const tokens = new SharedJobTokens({ redis: deploy.redis, prefix: deploy.prefix });
+    const tokens = new SharedJobTokens({
+      redis: deploy.redis,
+      prefix: deploy.prefix,
+      secretKey: SECRET_KEY,
+    });
     expect(await tokens.verify(token)).toBeNull();
+  });
+
+  it('a runnable that never reads its job token costs no token command', async () => {
+    const server = await deploy.server();
+    await deploy.worker();
+    // Other tests' ended tokens are marked there already: none is added while this one runs.
+    const before = (await deploy.redis.keys(`${deploy.prefix}:jobtoken:*`)).length;
+    const result = await runFor(server.registry, 'quiet', app(ALICE), { through: server.cached });
+    expect(result.value).toEqual({ tokensInRedis: before });
+  });
+
+  it('a Redis writer cannot mint a job token, nor another deployment make one', async () => {
+    const tokens = new SharedJobTokens({
+      redis: deploy.redis,
+      prefix: deploy.prefix,
+      secretKey: SECRET_KEY,
+    });
+    // The previous scheme's grant, sealed under a key derived from the token alone: anyone
+    // who could write the key could choose a token and a viewer.
+    const minted = `vcjob_${randomBytes(32).toString('base64url')}`;
+    const digest = createHash('sha256').update(`job token v1:${minted}`).digest('base64url');
+    const key = `${deploy.prefix}:jobtoken:${digest}`;
+    const grant = JSON.stringify([
+      'j1',
+      WS,
+      JSON.stringify({ email: PUBLISHER, endUserEmail: BOB }),
+    ]);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv(
+      'aes-256-gcm',
+      Buffer.from(hkdfSync('sha256', minted, 'viewer-cache job token', 'grant v1', 32)),
+      iv,
+    );
+    cipher.setAAD(Buffer.from(key));
+    const body = Buffer.concat([cipher.update(grant, 'utf8'), cipher.final()]);
+    const stored = Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64');
+    await deploy.redis.set(key, stored, 'PX', 60_000);
+    expect(await tokens.verify(minted)).toBeNull();
+    // A token another deployment's secret made, and one edited, do not verify here.
+    const job = (await deploy.server()).registry.createJob({
+      workspace: WS,
+      path: 'uncached',
+      runAs: PUBLISHER,
+      origin: app(BOB),
+    });
+    const foreign = new SharedJobTokens({
+      redis: deploy.redis,
+      prefix: deploy.prefix,
+      secretKey: 'another-deployment-secret-000000000',
+    }).issue(job);
+    expect(await tokens.verify(foreign)).toBeNull();
+    const own = tokens.issue(job);
+    expect((await tokens.verify(own))?.perms.endUserEmail).toBe(BOB);
+    const edited = `${own.slice(0, 20)}${own[20] === 'A' ? 'B' : 'A'}${own.slice(21)}`;
+    expect(await tokens.verify(edited)).toBeNull();
+    // Ended: refused by every verifier from then on.
+    await tokens.revoke(job);
+    expect(await tokens.verify(own)).toBeNull();
   });
 });
 

@@ -88,7 +88,7 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
     await deleteKeys(raw, prefix);
   });
 
-  async function setup(now?: () => number) {
+  async function setup(now?: () => number, values?: 'shared') {
     const store = new TwoTierCacheStore({ redis: url, prefix });
     await store.invalidation.whenConfirmed();
     stores.push(store);
@@ -96,7 +96,12 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
       viewer: job.perms.endUserEmail,
       rows: [{ patient: `record of ${job.perms.endUserEmail}` }],
     }));
-    const cache = withResultCache(inner, { store, seal: { secretKey }, ...(now ? { now } : {}) });
+    const cache = withResultCache(inner, {
+      store,
+      seal: { secretKey },
+      ...(now ? { now } : {}),
+      ...(values ? { values } : {}),
+    });
     caches.push(cache);
     const rejected: RejectionReason[] = [];
     cache.events.on('cache:rejected', (e) => rejected.push(e.reason));
@@ -194,5 +199,28 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
     expect(result.fromCache).toBe(true); // from Redis, opened
     expect(store.memory.getNow(key!)![2]).toBe(2);
     expect(inner.calls).toBe(1);
+  });
+
+  it("values: 'shared' — memory-tier hits of one key share one frozen value; alice's never reaches bob", async () => {
+    const { store, cache, inner, rejected } = await setup(undefined, 'shared');
+    await cache.run(job(alice));
+    const [aliceKey] = await redisKeys();
+    const first = await cache.run(job(alice));
+    const second = await cache.run(job(alice));
+    expect(second.value).toBe(first.value);
+    expect(Object.isFrozen((first.value as { rows: object[] }).rows[0])).toBe(true);
+    expect(() => {
+      (first.value as { viewer: string }).viewer = bob;
+    }).toThrow(TypeError);
+    expect(viewerOf((await cache.run(job(alice))).value)).toBe(alice);
+    await cache.run(job(bob));
+    const bobKey = (await redisKeys()).find((k) => k !== aliceKey)!;
+    // Alice's very entry object (whose value is remembered) put under bob's name: not opened.
+    await store.memory.set(bobKey, store.memory.getNow(aliceKey!)!, HOUR);
+    const forBob = await cache.run(job(bob));
+    expect(rejected).toEqual(['foreign-key']);
+    expect(viewerOf(forBob.value)).toBe(bob);
+    expect(forBob.value).not.toBe(first.value);
+    expect(inner.calls).toBe(2);
   });
 });
