@@ -15,6 +15,10 @@
  * dropped it says so and reports them all, marked.
  *
  * `--targets floor,cached`: only those (without the floor, no ratios: to profile one route).
+ * `--baseline DIR`: also the cached request (two tiers, and Redis only) of the servers built from
+ * the checkout in DIR (`git archive <commit> | tar -x -C DIR`, `node_modules` linked in), in the
+ * same process and the same rounds: before/after ratios from one run (`cachedBaseline`,
+ * `redisOnlyBaseline`).
  * `--profile DIR`: the server process runs with `--cpu-prof` into DIR, and its top frames by
  * self time are printed at the end.
  */
@@ -38,10 +42,12 @@ const SECONDS = Number(arg('seconds', '3'));
 const CONNS = arg('conns', '16,64').split(',').map(Number);
 const MAX_OTHER = Number(arg('max-other', '0.15'));
 const PROFILE = arg('profile', '');
+const BASELINE = arg('baseline', '');
 const JSON_OUT = process.argv.includes('--json');
 
 interface Ready {
-  readonly targets: Record<'floor' | 'cached' | 'redisOnly' | 'accessRecord', string>;
+  readonly targets: Record<'floor' | 'cached' | 'redisOnly' | 'accessRecord', string> &
+    Partial<Record<'cachedBaseline' | 'redisOnlyBaseline', string>>;
   readonly token: string;
   readonly tokenRedisOnly: string;
   readonly tokenAccessRecord: string;
@@ -73,7 +79,11 @@ async function startServer(): Promise<{ child: ChildProcess; ready: Ready }> {
   const flags = ['--import', 'tsx'];
   if (PROFILE) flags.push('--cpu-prof', `--cpu-prof-dir=${PROFILE}`);
   const child = spawn(process.execPath, [...flags, SERVER], {
-    env: { ...process.env, VC_BENCH_LOG_LEVEL: process.env['VC_BENCH_LOG_LEVEL'] ?? 'info' },
+    env: {
+      ...process.env,
+      VC_BENCH_LOG_LEVEL: process.env['VC_BENCH_LOG_LEVEL'] ?? 'info',
+      VC_OUTSIDER_BASELINE: BASELINE,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const ready = await new Promise<Ready>((resolve, reject) => {
@@ -137,8 +147,20 @@ const subjects = [
   { id: 'cached', url: ready.targets.cached, token: ready.token },
   { id: 'redisOnly', url: ready.targets.redisOnly, token: ready.tokenRedisOnly },
   { id: 'accessRecord', url: ready.targets.accessRecord, token: ready.tokenAccessRecord },
-] as const;
-const wanted = new Set(arg('targets', 'floor,cached,redisOnly,accessRecord').split(','));
+  // With --baseline: the same servers built from another checkout (the same demo tokens).
+  ...(ready.targets.cachedBaseline === undefined
+    ? []
+    : [
+        { id: 'cachedBaseline', url: ready.targets.cachedBaseline, token: ready.token },
+        { id: 'redisOnlyBaseline', url: ready.targets.redisOnlyBaseline!, token: ready.token },
+      ]),
+];
+const wanted = new Set(
+  arg(
+    'targets',
+    `floor,cached,redisOnly,accessRecord${BASELINE ? ',cachedBaseline,redisOnlyBaseline' : ''}`,
+  ).split(','),
+);
 // Every ratio is to the floor of the same round (leave it out only to profile a route alone).
 const cells = CONNS.flatMap((conns) =>
   subjects.filter((s) => wanted.has(s.id)).map((s) => ({ ...s, conns })),

@@ -63,6 +63,8 @@ const TARGETS: Record<string, string> = {
   cached: 'app request, cache hit, two tiers (the default)',
   redisOnly: 'app request, cache hit, Redis only',
   accessRecord: 'app request, cache hit, two tiers, access record on',
+  cachedBaseline: 'the same, two tiers, built from `--baseline`',
+  redisOnlyBaseline: 'the same, Redis only, built from `--baseline`',
 };
 
 export function outsiderHttpTable(r: OutsiderHttp): string {

@@ -8,6 +8,8 @@
  * writes its profile).
  */
 import { timingSafeEqual } from 'node:crypto';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { APP_RUN, firstRun, LIST, startBenchServer } from './http_bench.js';
@@ -32,6 +34,36 @@ const bytes = await firstRun(twoTiers.server.url, twoTiers.token);
 await firstRun(redisOnly.server.url, redisOnly.token);
 await firstRun(recorded.server.url, recorded.token);
 
+// `VC_OUTSIDER_BASELINE=DIR` (`outsider_http.ts --baseline DIR`): the same two servers built
+// from another checkout (e.g. `git archive <commit> | tar -x -C DIR`, with a node_modules link),
+// in this process, so before and after are measured in the same rounds against the same floor.
+const baselineDir = process.env['VC_OUTSIDER_BASELINE'];
+const baseline =
+  baselineDir === undefined || baselineDir === ''
+    ? null
+    : await (async () => {
+        const other = (await import(
+          pathToFileURL(join(baselineDir, 'bench', 'http_bench.ts')).href
+        )) as typeof import('./http_bench.js');
+        const cached = await other.startBenchServer(
+          postgres,
+          `${prefix}b`,
+          redisUrl,
+          `${redisPrefix}b:`,
+          { VIEWER_CACHE_MEMORY_TIER_BYTES: undefined },
+        );
+        const onlyRedis = await other.startBenchServer(
+          postgres,
+          `${prefix}c`,
+          redisUrl,
+          `${redisPrefix}c:`,
+          { VIEWER_CACHE_MEMORY_TIER_BYTES: '0' },
+        );
+        await firstRun(cached.server.url, cached.token);
+        await firstRun(onlyRedis.server.url, onlyRedis.token);
+        return { cached, onlyRedis };
+      })();
+
 // The floor: what any Fastify service answering a cached JSON blob for a bearer token does.
 const floorKey = `${redisPrefix}floor`;
 const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
@@ -55,6 +87,12 @@ process.stdout.write(
       cached: new URL(APP_RUN, twoTiers.server.url).toString(),
       redisOnly: new URL(APP_RUN, redisOnly.server.url).toString(),
       accessRecord: new URL(APP_RUN, recorded.server.url).toString(),
+      ...(baseline === null
+        ? {}
+        : {
+            cachedBaseline: new URL(APP_RUN, baseline.cached.server.url).toString(),
+            redisOnlyBaseline: new URL(APP_RUN, baseline.onlyRedis.server.url).toString(),
+          }),
     },
     token: twoTiers.token,
     tokenRedisOnly: redisOnly.token,
@@ -68,6 +106,8 @@ process.once('SIGTERM', () => {
     await floor.close();
     await redis.del(floorKey);
     redis.disconnect();
+    await baseline?.cached.server.close();
+    await baseline?.onlyRedis.server.close();
     await recorded.server.close();
     await redisOnly.server.close();
     await twoTiers.server.close();

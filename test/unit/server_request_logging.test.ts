@@ -1,9 +1,17 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import Fastify, { type FastifyBaseLogger } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+} from 'fastify';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { deferredChildLogger } from '../../src/server/http/http_logger.js';
 import { RequestLog } from '../../src/server/http/http_reply.js';
+import { createServerLogger } from '../../src/server/process/server_logger.js';
 
 // The request logger is made only when used, and the access line skips redaction: both must
 // still write what the request's own pino child would have, and the root must still redact.
@@ -71,5 +79,95 @@ describe('request logging', () => {
     expect(said?.['reqId']).toBeDefined();
     expect(said?.['reqId']).toBe(done?.['reqId']);
     await fastify.close();
+  });
+});
+
+// The server's own logger (createServerLogger) gets the access line built by hand in pino's
+// shape rather than serialised by pino: it must be the very line pino writes, honour the level,
+// and carry a refusal's code — and nothing else (SPEC 24: no viewer, email, args, key, token).
+describe("the access line of the server's own logger", () => {
+  async function serverLogged(level: string, run: (fastify: FastifyInstance) => Promise<void>) {
+    const dir = mkdtempSync(join(tmpdir(), 'vc-access-'));
+    const file = join(dir, 'log.jsonl');
+    const logger = createServerLogger({ logLevel: level, prettyLogs: false }, file);
+    const refusals = new WeakMap<FastifyRequest, string>();
+    const fastify = Fastify({
+      loggerInstance: logger as FastifyBaseLogger,
+      childLoggerFactory: deferredChildLogger,
+      logController: new RequestLog(logger, refusals, () => {}),
+    });
+    fastify.post('/api/w/:workspace/apps/:app/run', async (request, reply) => {
+      refusals.set(request, 'E_FORBIDDEN');
+      return reply.status(403).send({ error: { code: 'E_FORBIDDEN' } });
+    });
+    fastify.get('/quiet', async () => ({ ok: true }));
+    await run(fastify);
+    await fastify.close();
+    // What pino itself writes for the same fields, through the same logger and stream.
+    const lines = () =>
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((line) => line !== '');
+    const hand = await new Promise<string[]>((resolve, reject) =>
+      logger.flush((err) => (err ? reject(err) : resolve(lines()))),
+    );
+    for (const line of hand) {
+      const fields = JSON.parse(line) as Record<string, unknown>;
+      const { level: _level, time: _time, pid: _pid, hostname: _host, msg, ...own } = fields;
+      logger.child({}, { redact: [] }).info(own, msg as string);
+    }
+    const both = await new Promise<string[]>((resolve, reject) =>
+      logger.flush((err) => (err ? reject(err) : resolve(lines()))),
+    );
+    rmSync(dir, { recursive: true, force: true });
+    const pinos = both.slice(hand.length);
+    const untimed = (line: string) => line.replace(/"time":\d+/, '"time":0');
+    return { hand: hand.map(untimed), pino: pinos.map(untimed) };
+  }
+
+  it('is the line pino writes for the same fields, refusal code included', async () => {
+    const { hand, pino: expected } = await serverLogged('info', async (fastify) => {
+      await fastify.inject({ method: 'GET', url: '/quiet?token=vct_secret' });
+      await fastify.inject({
+        method: 'POST',
+        url: '/api/w/demo/apps/orders/run',
+        headers: { authorization: 'Bearer vct_secret' },
+        payload: { path: 'f/orders/list', args: { email: 'alice@example.com' } },
+      });
+    });
+    expect(hand).toHaveLength(2);
+    expect(hand).toEqual(expected);
+    const [quiet, refused] = hand.map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(quiet).toMatchObject({ level: 30, route: '/quiet', status: 200, method: 'GET' });
+    expect(quiet).not.toHaveProperty('code');
+    expect(refused).toMatchObject({
+      route: '/api/w/:workspace/apps/:app/run',
+      status: 403,
+      code: 'E_FORBIDDEN',
+      msg: 'request completed',
+    });
+    expect(Object.keys(refused!).sort()).toEqual(
+      [
+        'code',
+        'hostname',
+        'level',
+        'method',
+        'ms',
+        'msg',
+        'pid',
+        'reqId',
+        'route',
+        'status',
+        'time',
+      ].sort(),
+    );
+    expect(hand.join('\n')).not.toMatch(/vct_secret|alice|orders\/list|demo/);
+  });
+
+  it('is not written below the logger’s level', async () => {
+    const { hand } = await serverLogged('warn', async (fastify) => {
+      await fastify.inject({ method: 'GET', url: '/quiet' });
+    });
+    expect(hand).toHaveLength(0);
   });
 });

@@ -168,9 +168,11 @@ export function buildHttpApp(deps: HttpDeps) {
   // Bodies are JSON only: without this, a text/plain body would reach the routes as a string.
   app.removeContentTypeParser('text/plain');
 
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.raw.setHeader('x-request-id', request.id);
-    done();
+  // Every answer Fastify sends carries the request's id (the hit, written by hand, writes it
+  // itself: `sendResult`). An onSend hook, not onRequest: a hit runs no hook for it.
+  app.addHook('onSend', (request, reply, payload, done) => {
+    reply.header('x-request-id', request.id);
+    done(null, payload);
   });
 
   app.setErrorHandler((error: Error, request, reply) => {

@@ -1,5 +1,11 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { CachedExecutor, Datatables } from '../../index.js';
+import {
+  type CounterSeries,
+  type HistogramSeries,
+  SeriesCounter,
+  SeriesHistogram,
+} from './series_metrics.js';
 
 /**
  * Prometheus metrics. Cache counters are read from the middleware's own counters at scrape time,
@@ -196,41 +202,38 @@ export function createMetrics(
     });
   }
 
-  const requests = new Counter({
+  const requests = new SeriesCounter({
     name: 'viewer_cache_http_requests_total',
     help: 'HTTP requests by route pattern and status',
     labelNames: ['route', 'status'] as const,
     registers: [registry],
   });
-  const latency = new Histogram({
+  const latency = new SeriesHistogram({
     name: 'viewer_cache_http_request_duration_seconds',
     help: 'HTTP request latency by route pattern and status class (2xx, 4xx, 5xx…)',
     labelNames: ['route', 'status_class'] as const,
     buckets: HTTP_BUCKETS,
     registers: [registry],
   });
-  const jobs = new Counter({
+  const jobs = new SeriesCounter({
     name: 'viewer_cache_jobs_total',
     help: 'Jobs by outcome (ok, or the error code)',
     labelNames: ['outcome'] as const,
     registers: [registry],
   });
-  const runs = new Histogram({
+  const runs = new SeriesHistogram({
     name: 'viewer_cache_run_duration_seconds',
     help: 'Run latency by outcome: hit, miss (executed), refused (4xx), failed (5xx)',
     labelNames: ['outcome'] as const,
     buckets: HTTP_BUCKETS,
     registers: [registry],
   });
-  // Children resolved once per label set: `inc(labels)`/`observe(labels)` rebuild and hash the
-  // label set on every call (1 % of a cached request's CPU under autocannon). Every set is
-  // finite: route patterns, status codes, error codes, outcomes.
-  const requestChildren = new Map<
-    string,
-    { count: { inc(): void }; latency: { observe(v: number): void } }
-  >();
-  const jobChildren = new Map<string, { inc(): void }>();
-  const runChildren = new Map<string, { observe(v: number): void }>();
+  // Series resolved once per label set, and counted without prom-client's per-call label work
+  // (series_metrics.ts). Every set is finite: route patterns, status codes, error codes,
+  // outcomes.
+  const requestChildren = new Map<string, { count: CounterSeries; latency: HistogramSeries }>();
+  const jobChildren = new Map<string, CounterSeries>();
+  const runChildren = new Map<string, HistogramSeries>();
   return {
     registry,
     observeRequest: (route, status, seconds) => {
@@ -238,8 +241,8 @@ export function createMetrics(
       let child = requestChildren.get(key);
       if (child === undefined) {
         child = {
-          count: requests.labels({ route, status: String(status) }),
-          latency: latency.labels(route, `${Math.trunc(status / 100)}xx`),
+          count: requests.series({ route, status: String(status) }),
+          latency: latency.series({ route, status_class: `${Math.trunc(status / 100)}xx` }),
         };
         requestChildren.set(key, child);
       }
@@ -249,13 +252,13 @@ export function createMetrics(
     observeJob: (code, outcome, seconds) => {
       let job = jobChildren.get(code);
       if (job === undefined) {
-        job = jobs.labels({ outcome: code });
+        job = jobs.series({ outcome: code });
         jobChildren.set(code, job);
       }
       job.inc();
       let run = runChildren.get(outcome);
       if (run === undefined) {
-        run = runs.labels(outcome);
+        run = runs.series({ outcome });
         runChildren.set(outcome, run);
       }
       run.observe(seconds);

@@ -55,7 +55,21 @@ export function createServerLogger(
   // a cached request's CPU when every line was its own write).
   const stream = pino.destination({ dest: destination, sync: false, minLength: 4096 });
   setInterval(() => stream.flush(), 250).unref();
-  return pino(options, stream);
+  const logger = pino(options, stream);
+  plainJsonLoggers.add(logger);
+  return logger;
+}
+
+/** Loggers made here that write plain pino JSON lines (no transport, formatter or mixin). */
+const plainJsonLoggers = new WeakSet<Logger>();
+
+/**
+ * Whether `logger` (or its root) is one {@link createServerLogger} made writing JSON lines with
+ * pino's defaults: a line built by hand in pino's own shape is then the line pino would write
+ * (`RequestLog`'s access line, see http_reply.ts).
+ */
+export function writesPlainJson(logger: Logger): boolean {
+  return plainJsonLoggers.has(logger);
 }
 
 /**

@@ -1,0 +1,109 @@
+import { request as httpRequest } from 'node:http';
+import Fastify from 'fastify';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { JobResult } from '../../src/index.js';
+import { requireCachingDecisions } from '../../src/server/http/http_caching.js';
+import { sendResult } from '../../src/server/http/http_reply.js';
+
+// A hit hands the stored bytes through: a small result is copied into one buffer written by one
+// `end`, a large one is written in pieces, corked. Either way the answer is the envelope around
+// the very bytes stored, with the route's caching headers, the request id and the length.
+
+const apps: { close(): Promise<unknown> }[] = [];
+afterEach(async () => {
+  for (const app of apps.splice(0)) await app.close();
+});
+
+function stored(bytes: Buffer, fromCache: boolean): JobResult {
+  return {
+    jobId: 'ignored',
+    fromCache,
+    get value(): unknown {
+      throw new Error('a hit must not parse its value');
+    },
+    json: () => bytes,
+  };
+}
+
+async function serve(result: JobResult, jobId: string) {
+  const app = Fastify({ genReqId: () => 'req-7' });
+  requireCachingDecisions(app);
+  app.addHook('onSend', (request, reply, payload, done) => {
+    reply.header('x-request-id', request.id);
+    done(null, payload);
+  });
+  app.post('/run', { config: { caching: 'per-caller' } }, async (_request, reply) => {
+    sendResult(reply, jobId, result);
+  });
+  apps.push(app);
+  const url = new URL(await app.listen({ host: '127.0.0.1', port: 0 }));
+  // node:http, to see the headers exactly as sent (fetch would merge and normalise).
+  return new Promise<{ raw: string[]; body: Buffer }>((resolve, reject) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: '/run', method: 'POST' },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ raw: res.rawHeaders, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const headerPairs = (raw: string[]) => {
+  const pairs: [string, string][] = [];
+  for (let i = 0; i < raw.length; i += 2) pairs.push([raw[i]!.toLowerCase(), raw[i + 1]!]);
+  return pairs.filter(([name]) => !['date', 'connection', 'keep-alive'].includes(name));
+};
+
+describe('sendResult', () => {
+  for (const [what, size] of [
+    ['a small result (one buffer)', 200],
+    ['a result at the copy limit', 16 * 1024],
+    ['a large result (written corked, not copied)', 200 * 1024],
+  ] as const) {
+    it(`${what}: the envelope around the stored bytes, with every header once`, async () => {
+      // Multi-byte characters, so a byte length that counted characters would show.
+      const text = JSON.stringify({ rows: 'é€😀'.repeat(size) }).slice(0, size);
+      const bytes = Buffer.from(
+        `"${Buffer.from(text)
+          .toString('base64')
+          .slice(0, size - 2)}"`,
+      );
+      const jobId = 'job-€-1';
+      const { raw, body } = await serve(stored(bytes, true), jobId);
+      const expected = Buffer.concat([
+        Buffer.from(`{"jobId":${JSON.stringify(jobId)},"fromCache":true,"result":`),
+        bytes,
+        Buffer.from('}'),
+      ]);
+      expect(body.equals(expected)).toBe(true);
+      expect(JSON.parse(body.toString('utf8'))).toEqual({
+        jobId,
+        fromCache: true,
+        result: JSON.parse(bytes.toString('utf8')),
+      });
+      expect(headerPairs(raw)).toEqual([
+        ['x-request-id', 'req-7'],
+        ['cache-control', 'private, no-store'],
+        ['vary', 'Authorization'],
+        ['content-type', 'application/json; charset=utf-8'],
+        ['content-length', String(expected.length)],
+        ['x-viewer-cache', 'hit'],
+      ]);
+    });
+  }
+
+  it('a computed result says miss', async () => {
+    const { raw, body } = await serve(stored(Buffer.from('[1,2]'), false), 'j');
+    expect(JSON.parse(body.toString('utf8'))).toEqual({
+      jobId: 'j',
+      fromCache: false,
+      result: [1, 2],
+    });
+    expect(headerPairs(raw)).toContainEqual(['x-viewer-cache', 'miss']);
+  });
+});
