@@ -164,6 +164,12 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     readonly events: Promise<QueueEvents>;
     /** The listener once it reads (the hot path takes it without awaiting). */
     opened: QueueEvents | null;
+    /**
+     * Redis's clock (ms) just before this route's first add. The listener replays from a little
+     * earlier; an answer or failure stamped before it is an earlier run's of the same queue id
+     * (a key that failed a moment ago, then missed again) and is never this run's.
+     */
+    since: number;
     readonly listener: ReturnType<typeof duplicate>;
   }
   const routes = new Map<string, Route>();
@@ -176,11 +182,12 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     const listener = duplicate();
     // The listener reads the event stream from a time on Redis's own clock taken before the
     // first add (less 100 ms: another Cluster node's skew), not from "now" whenever its first
-    // read lands: an answer that comes at once is not missed. (An event replayed from those
-    // 100 ms is another job's: no one waits on its id, or it is that same key's answer.)
+    // read lands: an answer that comes at once is not missed. (An event replayed from before
+    // that time is an earlier run's, and no waiter takes it: see `since`.)
     const time = (producer as unknown as { time(): Promise<[string, string]> }).time();
     const events = time.then(([seconds, micros]) => {
-      const from = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000) - 100;
+      created.since = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      const from = created.since - 100;
       const listening = new QueueEvents(name, {
         connection: listener,
         prefix,
@@ -198,6 +205,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       queue,
       listener,
       opened: null,
+      since: Number.POSITIVE_INFINITY,
       events: events.then(async (listening) => {
         await listening.waitUntilReady();
         created.opened = listening;
@@ -240,18 +248,21 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   /** The origin kind of jobs built here, for their record. */
   const origins = new WeakMap<Job, RunOrigin['kind']>();
 
-  const waitFor = (events: QueueEvents, queueId: string): Promise<unknown> =>
+  const waitFor = (events: QueueEvents, queueId: string, since: number): Promise<unknown> =>
     new Promise((resolve, reject) => {
+      const earlier = (id: string) => Number.parseInt(id, 10) < since;
       const done = () => {
         clearTimeout(timer);
         events.off(`completed:${queueId}` as 'completed', onCompleted);
         events.off(`failed:${queueId}` as 'failed', onFailed);
       };
-      const onCompleted = (args: { returnvalue: unknown }) => {
+      const onCompleted = (args: { returnvalue: unknown }, id: string) => {
+        if (earlier(id)) return;
         done();
         resolve(args.returnvalue);
       };
-      const onFailed = (args: { failedReason: string }) => {
+      const onFailed = (args: { failedReason: string }, id: string) => {
+        if (earlier(id)) return;
         done();
         reject(failureOf(args.failedReason));
       };
@@ -303,7 +314,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       options.childUrl?.() ?? null,
     );
     // Subscribed before adding: a job that finishes at once is not missed.
-    const answer = waitFor(events, queueId);
+    const answer = waitFor(events, queueId, routed.since);
     answer.catch(() => {});
     let late: NodeJS.Timeout | undefined;
     try {

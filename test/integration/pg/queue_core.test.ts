@@ -203,6 +203,37 @@ describe('a miss runs on a worker, as the viewer the server recorded', () => {
   });
 });
 
+describe("an earlier run's answer is not this run's", () => {
+  it("a failure of the same queue id stamped just before a new server's first add is not its answer", async () => {
+    await deploy.worker();
+    const server = await deploy.server();
+    const job = server.registry.createJob({
+      workspace: WS,
+      path: 'uncached',
+      runAs: PUBLISHER,
+      origin: app(ALICE),
+    });
+    // What a worker wrote when the same queue id failed a moment ago (a key that failed, then
+    // missed again): the server's listener replays its stream from a little before its first
+    // add, so it reads this event; the waiter of the new run must not take it.
+    const queueId = new QueueKeys(SECRET_KEY).queueId(`job:${WS}:${job.id}`);
+    await deploy.redis.xadd(
+      `${deploy.prefix}:${routedQueueName('jobs', WS, 'default')}:events`,
+      '*',
+      'event',
+      'failed',
+      'jobId',
+      queueId,
+      'failedReason',
+      'E_QUEUE_JOB_REFUSED',
+      'prev',
+      'active',
+    );
+    const result = await server.queue.run(job);
+    expect(result.value).toEqual(ROWS['emea']);
+  });
+});
+
 describe('a queued miss pays Postgres nothing for the queue', () => {
   it('runs, job token included, with the queue schema gone from the database', async () => {
     const server = await deploy.server();
