@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { type Logger, silentLogger } from '../../logger.js';
-import { withPooledClient } from '../../pg/pg_clients.js';
+import { GuardedClient, withPooledClient } from '../../pg/pg_clients.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../../util/settle_within.js';
 import type { CatalogState } from './catalog_state.js';
 import { CATALOG_CHANNEL } from './migrations.js';
@@ -286,6 +286,7 @@ export class RulesWatch {
     let pool = this.#pools.get(database);
     if (pool === undefined) {
       pool = new pg.Pool({
+        Client: GuardedClient,
         ...this.#options.adminConfig,
         database,
         max: 1,

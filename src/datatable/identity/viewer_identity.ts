@@ -8,7 +8,7 @@ import { hash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { type Logger, silentLogger } from '../../logger.js';
 import type { LeadStatement } from '../../pg/lead_query.js';
-import { withPooledClient } from '../../pg/pg_clients.js';
+import { GuardedClient, withPooledClient } from '../../pg/pg_clients.js';
 import { isMissingObject } from '../../pg/sqlstate.js';
 import { withTransaction } from '../../pg/transaction.js';
 import { SingleFlight } from '../../util/single_flight.js';
@@ -195,6 +195,9 @@ export class ViewerIdentities {
     let pool = this.#pools.get(database);
     if (pool === undefined) {
       pool = new pg.Pool({
+        // Always listening: a connection that dies while lent (its database dropped under it)
+        // must not be an unhandled 'error'; the statement running on it fails on its own.
+        Client: GuardedClient,
         ...this.#adminConfig,
         database,
         max: 2,

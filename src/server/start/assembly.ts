@@ -152,6 +152,9 @@ export async function openAssembly(
     pool.on('error', (err) =>
       logger.warn({ err: err.message }, `${options.role} database connection lost`),
     );
+    // A lent connection that dies between two statements emits 'error' with nobody listening
+    // (pg-pool listens only while a connection is idle): a crash. The statement fails on its own.
+    pool.on('connect', (client) => client.on('error', () => {}));
     releases.push(() => pool.end());
     if (options.role === 'worker') await migrateQueue(pool);
     else await migrateServer(pool);
