@@ -136,7 +136,8 @@ const bareEvents = new QueueEvents('bare', { connection: redis.duplicate(), pref
 bareEvents.setMaxListeners(0);
 await Promise.all([bareQueue.waitUntilReady(), bareEvents.waitUntilReady()]);
 let bareN = 0;
-const bareRoundTrip = async () => {
+/** A bare BullMQ round trip; `work`: the worker runs the same ~1 ms runnable on the job first. */
+const bareTrip = async (name: 'r' | 'work') => {
   const jobId = `b${bareN++}`;
   const done = new Promise<void>((resolve) => {
     const onDone = () => {
@@ -145,9 +146,10 @@ const bareRoundTrip = async () => {
     };
     bareEvents.on(`completed:${jobId}` as 'completed', onDone);
   });
-  await bareQueue.add('r', { n: bareN }, { jobId, removeOnComplete: true, removeOnFail: true });
+  await bareQueue.add(name, { n: bareN }, { jobId, removeOnComplete: true, removeOnFail: true });
   await done;
 };
+const bareRoundTrip = () => bareTrip('r');
 
 const quick = process.argv.includes('--quick');
 const N = Number(process.env['QUEUE_BENCH_N'] ?? (quick ? '60' : '200'));
@@ -208,6 +210,8 @@ try {
   const one = await throughput(total, CALLERS, (i) => run(queued, queue, { t1: i }));
   // The floor's own rate: bare round trips through the same worker process.
   const bareRate = await throughput(total, CALLERS, bareRoundTrip);
+  // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
+  const bareWorkRate = await throughput(total, CALLERS, () => bareTrip('work'));
   workers.push(await startWorker(databaseUrl));
   const two = await throughput(total, CALLERS, (i) => run(queued, queue, { t2: i }));
   rows.push(
@@ -226,6 +230,22 @@ try {
       'in process',
       inProc,
       bareRate,
+    ),
+    executionRow(
+      'queue_bare_work_1w',
+      `bare BullMQ round trips/s running the same ~1 ms runnable, 1 worker process, ${CALLERS} callers`,
+      '/s',
+      'in process',
+      inProc,
+      bareWorkRate,
+    ),
+    executionRow(
+      'queue_misses_vs_bare_work_1w',
+      `misses/s through the queue ÷ the same work on bare BullMQ, 1 worker, ${CALLERS} callers`,
+      '/s',
+      'bare BullMQ with the work',
+      bareWorkRate,
+      one,
     ),
     executionRow(
       'queue_misses_2w',
