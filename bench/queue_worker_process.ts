@@ -35,7 +35,8 @@ const bareConnection = redis.duplicate();
 bareConnection.on('error', () => {});
 // Jobs named `work` run the same ~1 ms runnable first (the fair floor for throughput: the same
 // work per job, none of ours around it); the others return their data at once.
-const work = (QUEUE_BENCH_RUNNABLES['work'] as { fn: (args: Record<string, unknown>) => unknown }).fn;
+const work = (QUEUE_BENCH_RUNNABLES['work'] as { fn: (args: Record<string, unknown>) => unknown })
+  .fn;
 const bare = new Worker('bare', async (job) => (job.name === 'work' ? work(job.data) : job.data), {
   connection: bareConnection,
   prefix: env('QUEUE_PREFIX'),
