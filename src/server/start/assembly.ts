@@ -119,7 +119,7 @@ export async function openAssembly(
     // The database before the secret key: an embedded PostgreSQL refused as root (a folder its
     // OS user cannot enter) is refused before the key is written into the data folder.
     stillStarting();
-    const database = await openDatabase(config, logger);
+    const database = await openDatabase(config, logger, options.signal);
     const { embedded } = database;
     if (embedded !== null) releases.push(() => embedded.stop());
     stillStarting();

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -8,7 +8,6 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../helpers/free_port.js';
 import { ROOT, ServerProcess, serverEnv } from '../../helpers/server_process.js';
-import { waitUntil } from '../../helpers/wait.js';
 
 // An operator's habits: SIGTERM (what systemd, Docker and Kubernetes send) stops `npm start`
 // exactly as SIGINT does — server and embedded PostgreSQL gone, exit 0 — and either signal
@@ -67,8 +66,24 @@ function logLine(child: ChildProcess, msg: string): Promise<void> {
   });
 }
 
-/** The log line that says embedded PostgreSQL is being started (start-up under way). */
-const STARTING_PG = 'starting embedded PostgreSQL';
+/** The log line that says a first start's initdb is under way. */
+const INITIALISING_PG = 'initialising embedded PostgreSQL (first start)';
+
+/** Processes running initdb on `dataDir`, whoever their parent is now. */
+function initdbsOn(dataDir: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (argv[0]?.endsWith('initdb') === true && argv.includes(`--pgdata=${dataDir}`))
+        found.push(Number(entry));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return found;
+}
 const MAIN = join(ROOT, 'src/server/main.ts');
 
 /** Whether anything accepts TCP connections on 127.0.0.1:`port`. */
@@ -147,40 +162,43 @@ describe('stopping the server', () => {
     }
   }, 180_000);
 
-  it('SIGTERM while embedded PostgreSQL is still starting stops it too, exit 0', async () => {
-    // A data folder of its own: the first start initialises PostgreSQL, the longest start-up.
+  it('SIGTERM during a first start stops it, exit 0: initdb is ended, nothing is left half-made, the next start works', async () => {
+    // A data folder of its own: the first start initialises PostgreSQL (initdb), the longest
+    // start-up — seconds on a busy machine, longer than the shutdown deadline allows.
     const fresh = await mkdtemp(join(tmpdir(), 'viewer-cache-signals-early-'));
     await chmod(fresh, 0o711);
+    const dataDir = join(fresh, 'pg/data');
     try {
       const port = await freePort();
+      const freshEnv = { ...env, VIEWER_CACHE_DATA_DIR: fresh, VIEWER_CACHE_PG_PORT: String(port) };
       const child = spawn(process.execPath, ['--import', 'tsx', MAIN, '--json', 'serve'], {
         cwd: ROOT,
-        env: {
-          ...env,
-          VIEWER_CACHE_DATA_DIR: fresh,
-          VIEWER_CACHE_PG_PORT: String(port),
-          PORT: String(await freePort()),
-        },
+        env: { ...freshEnv, PORT: String(await freePort()) },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       const exit = exited(child);
       const lines: string[] = [];
       createInterface({ input: child.stdout! }).on('line', (line) => lines.push(line));
-      await logLine(child, STARTING_PG);
+      await logLine(child, INITIALISING_PG);
       child.kill('SIGTERM');
       expect(await exit).toBe(0);
-      // Nothing was left running: no postmaster, nothing listening on its port.
-      const pid = await readFile(join(fresh, 'pg/data/postmaster.pid'), 'utf8').then(
-        (text) => Number(text.split('\n')[0]),
-        () => null,
-      );
-      // Gone, or a zombie waiting for init, within a bound (not running either way).
-      if (pid !== null) await waitUntil('the postmaster is gone', () => !alive(pid), 10_000);
+      // Nothing was left running: no initdb writing into the folder after the server exited
+      // (it was left to finish before, an orphan when it outlasted the shutdown deadline), no
+      // postmaster, nothing listening on its port.
+      expect(initdbsOn(dataDir)).toEqual([]);
+      expect(existsSync(join(dataDir, 'postmaster.pid'))).toBe(false);
       expect(await listening(port)).toBe(false);
+      // initdb removed what it had written: no cluster half-made for the next start to trip on.
+      expect(existsSync(join(dataDir, 'PG_VERSION'))).toBe(false);
       // It stopped, and said so; it never said it was listening.
       expect(lines.some((line) => line.includes('"msg":"Server listening'))).toBe(false);
       expect(lines.some((line) => line.includes('"msg":"shutting down"'))).toBe(true);
       expect(lines.some((line) => line.includes('"msg":"stopped during start-up"'))).toBe(true);
+      // The next start on the same folder initialises afresh and serves.
+      const again = new ServerProcess({ ...freshEnv, PORT: String(await freePort()) });
+      await again.ready;
+      again.signal('SIGTERM');
+      expect((await again.closed).code).toBe(0);
     } finally {
       await rm(fresh, { recursive: true, force: true });
     }
