@@ -6,10 +6,10 @@
  */
 import { execFileSync } from 'node:child_process';
 import { chown, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { freePort } from './private_redis.js';
 
 export interface BenchPostgres {
   /** Superuser URL of `database`. */
@@ -100,15 +100,4 @@ export async function benchPostgres(): Promise<BenchPostgres> {
       await stop();
     },
   };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }

@@ -9,10 +9,7 @@
  * miss measured the same way. `QUEUE_WORK_N` overrides N (default 100); `--json`: one JSON line
  * (`npm run bench` runs it so).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
-import { Queue, QueueEvents, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -24,45 +21,12 @@ import {
   withResultCache,
 } from '../src/index.js';
 import { benchPostgres } from './postgres_fixture.js';
+import { bareBullmq, privateRedis } from './private_redis.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const N = Number(process.env['QUEUE_WORK_N'] ?? '100');
 const tag = randomBytes(4).toString('hex');
 const ORIGIN = { kind: 'app', session: { email: 'bench@example.com' } } as const;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-async function privateRedis(): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1'],
-    { stdio: 'ignore' },
-  );
-  const url = `redis://127.0.0.1:${port}`;
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const probe = new Redis(url, { lazyConnect: true, retryStrategy: () => null });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      break;
-    } catch (err) {
-      probe.disconnect();
-      if (Date.now() > deadline) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-  return { url, child };
-}
 
 /** Total calls per command (INFO commandstats). */
 async function commandStats(redis: Redis): Promise<Map<string, number>> {
@@ -198,38 +162,9 @@ try {
     }),
   );
   // A bare BullMQ round trip: add a job, a worker returns it, the caller awaits it.
-  const bareOpts = { connection: redis.duplicate(), prefix: `{vc-bare-${tag}}` };
-  const bare = new Queue('bare', bareOpts);
-  const bareEvents = new QueueEvents('bare', { ...bareOpts, connection: redis.duplicate() });
-  const bareWorker = new Worker('bare', async (job) => job.data, {
-    ...bareOpts,
-    connection: redis.duplicate(),
-    concurrency: 8,
-  });
-  closers.push(
-    () => bare.close(),
-    () => bareEvents.close(),
-    () => bareWorker.close(),
-  );
-  await Promise.all([
-    bare.waitUntilReady(),
-    bareEvents.waitUntilReady(),
-    bareWorker.waitUntilReady(),
-  ]);
-  bareEvents.setMaxListeners(0);
-  // As the queue executor waits: subscribed to the job's own event before adding it.
-  const roundTrip = async (i: number) => {
-    const jobId = `b${i}-${randomBytes(4).toString('hex')}`;
-    const done = new Promise<void>((resolve) => {
-      const onDone = () => {
-        bareEvents.off(`completed:${jobId}` as 'completed', onDone);
-        resolve();
-      };
-      bareEvents.on(`completed:${jobId}` as 'completed', onDone);
-    });
-    await bare.add('r', { i }, { jobId, removeOnComplete: true, removeOnFail: true });
-    await done;
-  };
+  const bare = await bareBullmq(redis, `{vc-bare-${tag}}`);
+  closers.push(() => bare.close());
+  const roundTrip = bare.roundTrip;
   for (let i = 0; i < 10; i++) await roundTrip(i);
   results.push(
     await count('bare BullMQ round trip', admin, database, stats, async () => {

@@ -7,10 +7,7 @@
  * connection that sent it — beside a bare BullMQ round trip seen the same way. Commands run
  * inside a script are indented under it. A tool for reading the critical path, not a timing.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
-import { Queue, QueueEvents, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import {
   createExecutor,
@@ -20,43 +17,12 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../src/index.js';
+import { bareBullmq, privateRedis } from './private_redis.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const MISSES = Number(process.argv[2] ?? '3');
 const tag = randomBytes(4).toString('hex');
 const ORIGIN = { kind: 'app', session: { email: 'bench@example.com' } } as const;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-async function privateRedis(): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1'],
-    { stdio: 'ignore' },
-  );
-  const url = `redis://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    const probe = new Redis(url, { lazyConnect: true, retryStrategy: () => null });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      return { url, child };
-    } catch (err) {
-      probe.disconnect();
-      if (i > 200) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-}
 
 interface Seen {
   readonly at: number;
@@ -184,37 +150,9 @@ try {
   }
   print('queued miss', await mon.stop());
 
-  const bareOpts = { connection: redis.duplicate(), prefix: `{vc-monbare-${tag}}` };
-  const bare = new Queue('bare', bareOpts);
-  const bareEvents = new QueueEvents('bare', { ...bareOpts, connection: redis.duplicate() });
-  const bareWorker = new Worker('bare', async (job) => job.data, {
-    ...bareOpts,
-    connection: redis.duplicate(),
-    concurrency: 8,
-  });
-  closers.push(
-    () => bare.close(),
-    () => bareEvents.close(),
-    () => bareWorker.close(),
-  );
-  await Promise.all([
-    bare.waitUntilReady(),
-    bareEvents.waitUntilReady(),
-    bareWorker.waitUntilReady(),
-  ]);
-  bareEvents.setMaxListeners(0);
-  const roundTrip = async (i: number) => {
-    const jobId = `b${i}-${randomBytes(4).toString('hex')}`;
-    const done = new Promise<void>((resolve) => {
-      const onDone = () => {
-        bareEvents.off(`completed:${jobId}` as 'completed', onDone);
-        resolve();
-      };
-      bareEvents.on(`completed:${jobId}` as 'completed', onDone);
-    });
-    await bare.add('r', { i }, { jobId, removeOnComplete: true, removeOnFail: true });
-    await done;
-  };
+  const bare = await bareBullmq(redis, `{vc-monbare-${tag}}`);
+  closers.push(() => bare.close());
+  const roundTrip = bare.roundTrip;
   for (let i = 0; i < 10; i++) await roundTrip(-1 - i);
   mon.start();
   for (let i = 0; i < MISSES; i++) {
