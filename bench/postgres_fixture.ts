@@ -9,7 +9,7 @@ import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { freePort } from './private_redis.js';
+import { freePort } from '../test/helpers/free_port.js';
 
 export interface BenchPostgres {
   /** Superuser URL of `database`. */
