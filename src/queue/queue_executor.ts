@@ -5,6 +5,7 @@ import {
   errorClassOf,
   NoWorkersError,
   QueryFailedError,
+  QueueJobRefusedError,
   QueueResultInvalidError,
   QueueTimeoutError,
   QueueUnavailableError,
@@ -248,7 +249,12 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   /** The origin kind of jobs built here, for their record. */
   const origins = new WeakMap<Job, RunOrigin['kind']>();
 
-  const waitFor = (events: QueueEvents, queueId: string, since: number): Promise<unknown> =>
+  const waitFor = (
+    events: QueueEvents,
+    queueId: string,
+    since: number,
+    ms: number,
+  ): Promise<unknown> =>
     new Promise((resolve, reject) => {
       const earlier = (id: string) => Number.parseInt(id, 10) < since;
       const done = () => {
@@ -269,10 +275,45 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       const timer = setTimeout(() => {
         done();
         reject(new QueueTimeoutError(`no worker finished the job within ${waitMs} ms`));
-      }, waitMs);
+      }, ms);
       events.on(`completed:${queueId}` as 'completed', onCompleted);
       events.on(`failed:${queueId}` as 'failed', onFailed);
     });
+
+  /** Adds the message (or joins the job of that queue id) and waits for its answer. */
+  const addAndWait = async (
+    routed: Route,
+    events: QueueEvents,
+    queueId: string,
+    message: QueueMessage,
+    deadline: number,
+  ): Promise<unknown> => {
+    const { queue } = routed;
+    // Subscribed before adding: a job that finishes at once is not missed.
+    const answer = waitFor(events, queueId, routed.since, Math.max(0, deadline - Date.now()));
+    answer.catch(() => {});
+    let late: NodeJS.Timeout | undefined;
+    try {
+      // BullMQ's connection queues commands while Redis is away: a run fails fast instead.
+      await Promise.race([
+        queue.add('run', message, {
+          jobId: queueId,
+          removeOnComplete: true,
+          removeOnFail: true,
+          stackTraceLimit: 0,
+          attempts: 1,
+        }),
+        new Promise((_, reject) => {
+          late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+        }),
+      ]);
+    } catch (err) {
+      throw new QueueUnavailableError(undefined, { cause: err });
+    } finally {
+      clearTimeout(late);
+    }
+    return answer;
+  };
 
   const enqueue = async (
     job: Job,
@@ -298,8 +339,10 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
         clearTimeout(slow);
         throw new QueueUnavailableError(undefined, { cause: err });
       }
-    const { queue, place } = routed;
+    const { place } = routed;
     const queueId = keys.queueId(runOptions?.flight ?? `job:${job.workspace}:${job.id}`);
+    // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
+    const deadline = Math.ceil(Date.now() + waitMs);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
     const message = sealJob(
@@ -308,35 +351,26 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       job,
       origins.get(job) ?? 'unknown',
       queueId,
-      // Whole milliseconds: the message's deadline is checked as an integer (a wait of '1.5ms').
-      Math.ceil(Date.now() + waitMs),
+      deadline,
       traceparent,
       options.childUrl?.() ?? null,
     );
-    // Subscribed before adding: a job that finishes at once is not missed.
-    const answer = waitFor(events, queueId, routed.since);
-    answer.catch(() => {});
-    let late: NodeJS.Timeout | undefined;
-    try {
-      // BullMQ's connection queues commands while Redis is away: a run fails fast instead.
-      await Promise.race([
-        queue.add('run', message, {
-          jobId: queueId,
-          removeOnComplete: true,
-          removeOnFail: true,
-          stackTraceLimit: 0,
-          attempts: 1,
-        }),
-        new Promise((_, reject) => {
-          late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
-        }),
-      ]);
-    } catch (err) {
-      throw new QueueUnavailableError(undefined, { cause: err });
-    } finally {
-      clearTimeout(late);
+    // The add joins a job of the same queue id still there (another server's miss of the same
+    // key: coalesced by design) — or a stale one, past its deadline, that its worker is about to
+    // refuse: this run must not take that refusal for its own answer. So a refusal while this
+    // run's own deadline is ahead is answered by adding once more (the stale job is gone by
+    // then); a second refusal is this run's. At most once more, and never twice executed: a
+    // refused job ran nothing, and the record's claim still refuses a replay.
+    let sealed: unknown;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        sealed = await addAndWait(routed, events, queueId, message, deadline);
+        break;
+      } catch (err) {
+        if (!(err instanceof QueueJobRefusedError) || attempt > 1 || Date.now() >= deadline)
+          throw err;
+      }
     }
-    const sealed = await answer;
     const json = keys.openResult(queueId, sealed);
     if (json === null) throw new QueueResultInvalidError();
     return ComputedResult.withJson(job.id, JSON.parse(json.toString('utf8')), json, true);

@@ -234,6 +234,39 @@ describe("an earlier run's answer is not this run's", () => {
   });
 });
 
+describe("a stale job's refusal is not this run's answer", () => {
+  it('a miss that joins a job past its deadline (its server gave up) adds again once that job is refused, and runs', async () => {
+    const own = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
+    try {
+      // Alive, but nobody takes anything yet: the first server enqueues and gives up.
+      await own.redis.zadd(
+        fleetKey(own.prefix, 'jobs'),
+        Date.now(),
+        fleetMember(WS, 'default', 'idle'),
+      );
+      const impatient = await own.server({ wait: 300 });
+      const job = impatient.registry.createJob({
+        workspace: WS,
+        path: 'uncached',
+        runAs: PUBLISHER,
+        origin: app(ALICE),
+      });
+      await expect(impatient.queue.run(job)).rejects.toMatchObject({ code: 'E_QUEUE_TIMEOUT' });
+      // The same queue id from a patient server: its add joins the stale job still waiting.
+      const patient = await own.server({ wait: 30_000 });
+      const answer = patient.queue.run(job);
+      answer.catch(() => {});
+      // A worker comes: it refuses the stale job (past its deadline), then runs this one.
+      await own.worker();
+      const result = await answer;
+      expect(result.value).toEqual(ROWS['emea']);
+      expect(own.outcomes.map((o) => o.code)).toEqual(['E_QUEUE_JOB_REFUSED', 'ok']);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe('a queued miss pays Postgres nothing for the queue', () => {
   it('runs, job token included, with the queue schema gone from the database', async () => {
     const server = await deploy.server();
