@@ -57,6 +57,49 @@ export interface Job {
   readonly cacheTtlS?: number | undefined;
 }
 
+/**
+ * A job, as every job this library builds on a request's path is built: an instance of a class,
+ * not an object literal, for the garbage collector's sake. V8 tracks the objects of each literal
+ * (its allocation site), and once most of them outlive a young-generation collection it allocates
+ * that literal's objects in the old generation from then on ("pretenuring"). A miss holds its job
+ * for the whole run, so a job literal gets pretenured; every hit's job is then old from birth and,
+ * through the remembered set, keeps what it points to (its id, perms, args) alive through each
+ * young collection, to be copied and promoted, until the next full collection. Objects made by
+ * `new` of a class have no allocation site and are never pretenured. Measured on a 1 KiB value
+ * hit after misses (`createViewerCache(...).run`, 1 M hits, `node --trace-gc-nvp`): with the
+ * literal 492 bytes promoted and 1.76 µs of scavenging per hit, with the class 25 bytes and
+ * 0.23–0.31 µs — the hit itself 7.3–8.2 µs instead of 10.0–10.4.
+ */
+export function newJob(
+  id: string,
+  workspace: string,
+  path: string,
+  hash: string,
+  args: Readonly<Record<string, unknown>>,
+  perms: JobPerms,
+  cacheTtlS: number | undefined,
+): Job {
+  return new BuiltJob(id, workspace, new BuiltRunnable(path, hash), args, perms, cacheTtlS);
+}
+
+class BuiltJob implements Job {
+  constructor(
+    readonly id: string,
+    readonly workspace: string,
+    readonly runnable: RunnableRef,
+    readonly args: Readonly<Record<string, unknown>>,
+    readonly perms: JobPerms,
+    readonly cacheTtlS: number | undefined,
+  ) {}
+}
+
+class BuiltRunnable implements RunnableRef {
+  constructor(
+    readonly path: string,
+    readonly hash: string,
+  ) {}
+}
+
 /** Where a run came from. Only the server builds these; nothing a caller types reaches them. */
 export type RunOrigin =
   /** An app request. `session` is the signed-in user, `null` for an anonymous visitor. */

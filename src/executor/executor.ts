@@ -26,6 +26,7 @@ import {
   type Job,
   type JobExecutor,
   type JobPerms,
+  newJob,
   type RunOptions,
   type RunOrigin,
   recordRoleScope,
@@ -225,14 +226,16 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       if (typeof request.runAs !== 'string' || request.runAs.length === 0) {
         throw new InvalidJobError('runAs must be the email the job runs as');
       }
-      return {
-        id: request.id ?? newJobId(),
-        workspace: request.workspace,
-        runnable: { path: found.path, hash: found.hash },
-        args: request.args ?? {},
-        perms: permsOf(request.runAs, request.origin, request.roleScope),
-        cacheTtlS: request.cacheTtlS ?? found.definition.cacheTtlS,
-      };
+      // Built by newJob, not as a literal: see there (a hit's job must die young).
+      return newJob(
+        request.id ?? newJobId(),
+        request.workspace,
+        found.path,
+        found.hash,
+        request.args ?? {},
+        permsOf(request.runAs, request.origin, request.roleScope),
+        request.cacheTtlS ?? found.definition.cacheTtlS,
+      );
     },
 
     async run(job: Job, runOptions?: RunOptions): Promise<JobResult> {
@@ -270,16 +273,17 @@ export function createExecutor(options: RawExecutorOptions): Executor {
           duckdb,
           createChild: (path, args, cacheTtlS) => {
             const child = lookup(path);
-            return {
-              id: newJobId(),
-              workspace: job.workspace,
-              runnable: { path: child.path, hash: child.hash },
+            return newJob(
+              newJobId(),
+              job.workspace,
+              child.path,
+              child.hash,
               args,
               // The child runs as the parent's runner, for the parent's viewer, within the
               // parent's role scope (job-token origin).
-              perms: permsOf(job.perms.email, { kind: 'job-token', parent: { perms: job.perms } }),
-              cacheTtlS: cacheTtlS ?? child.definition.cacheTtlS,
-            };
+              permsOf(job.perms.email, { kind: 'job-token', parent: { perms: job.perms } }),
+              cacheTtlS ?? child.definition.cacheTtlS,
+            );
           },
         });
         const timeout = new Promise<never>((_, reject) => {

@@ -6,7 +6,13 @@ import type { DatatableConnector } from '../connector/datatable_connector.js';
 import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type Duration, resolveDuration } from '../duration.js';
 import { createExecutor, type Executor, type RunContext } from '../executor/executor.js';
-import { type Job, type JobExecutor, type RunOrigin, recordViewerIdentity } from '../job.js';
+import {
+  type Job,
+  type JobExecutor,
+  newJob,
+  type RunOrigin,
+  recordViewerIdentity,
+} from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { MemoryCacheStore } from '../stores/memory_store.js';
@@ -207,14 +213,15 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
         ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
       });
     }
-    return {
-      id: randomUUID(),
-      workspace: ws,
-      runnable: { path: run.path, hash: run.version ?? '1' },
-      args: run.args ?? {},
-      perms: { email, ...recordViewerIdentity(run.origin) },
-      ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
-    };
+    return newJob(
+      randomUUID(),
+      ws,
+      run.path,
+      run.version ?? '1',
+      run.args ?? {},
+      { email, ...recordViewerIdentity(run.origin) },
+      cacheTtlS,
+    );
   };
 
   return {

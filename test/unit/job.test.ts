@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import type { JobPerms, RunOrigin } from '../../src/index.js';
-import { cachedResultPath, createExecutor, recordViewer } from '../../src/index.js';
+import {
+  cachedResultPath,
+  createExecutor,
+  createViewerCache,
+  type Job,
+  MemoryCacheStore,
+  type RunOptions,
+  recordViewer,
+  withResultCache,
+} from '../../src/index.js';
 import { ComputedResult, StoredResult } from '../../src/job_result.js';
 
 const alice = 'alice@example.com';
@@ -214,6 +223,67 @@ describe('executor.createJob records the viewer from the origin only', () => {
         origin: { kind: 'schedule' },
       }),
     ).toThrow(expect.objectContaining({ code: 'E_INVALID_JOB' }));
+  });
+});
+
+describe('jobs built on the request path', () => {
+  // newJob's comment has the measurement: a job literal gets pretenured by V8 once misses hold
+  // their jobs, and each hit's job then drags its young children into the old generation. Only
+  // objects made by `new` escape that; this fails if a job goes back to being a literal.
+  const isLiteral = (job: Job) => Object.getPrototypeOf(job) === Object.prototype;
+  const plainData = (job: Job) => {
+    expect(JSON.parse(JSON.stringify(job))).toEqual(JSON.parse(JSON.stringify({ ...job })));
+    expect(structuredClone(job)).toEqual({ ...job });
+  };
+
+  it('executor.createJob and a child job are class instances that still clone as plain data', async () => {
+    const executor = createExecutor({
+      runnables: {
+        'f/app/parent': { fn: (_args, ctx) => ctx.runChild('f/app/child', { n: 1 }) },
+        'f/app/child': { fn: () => 2, cacheTtlS: 5 },
+      },
+    });
+    // Every job that reaches the executor, the child's included (it comes back through the cache).
+    const seen: Job[] = [];
+    const cache = withResultCache(
+      {
+        run: (job: Job, options?: RunOptions) => {
+          seen.push(job);
+          return executor.run(job, options);
+        },
+      },
+      { store: new MemoryCacheStore() },
+    );
+    const job = executor.createJob({
+      workspace: 'ws',
+      path: 'f/app/parent',
+      runAs: publisher,
+      origin: { kind: 'app', session: { email: alice } },
+    });
+    expect((await cache.run(job)).value).toBe(2);
+    const child = seen.find((j) => j.runnable.path === 'f/app/child') as Job;
+    expect(child).toMatchObject({ args: { n: 1 }, cacheTtlS: 5 });
+    for (const built of [job, child]) {
+      expect(isLiteral(built)).toBe(false);
+      expect(Object.getPrototypeOf(built.runnable)).not.toBe(Object.prototype);
+      plainData(built);
+    }
+  });
+
+  it("createViewerCache hands an adopter's executor a class instance too", async () => {
+    const seen: Job[] = [];
+    const cache = createViewerCache({
+      ttl: '60s',
+      executor: async (job: Job) => {
+        seen.push(job);
+        return 1;
+      },
+    });
+    await cache.run({ path: 'f/r', origin: { kind: 'app', session: { email: alice } } });
+    await cache.close();
+    expect(seen).toHaveLength(1);
+    expect(isLiteral(seen[0] as Job)).toBe(false);
+    plainData(seen[0] as Job);
   });
 });
 
