@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import Fastify from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { JobResult } from '../../src/index.js';
 import { requireCachingDecisions } from '../../src/server/http/http_caching.js';
 import { sendResult } from '../../src/server/http/http_reply.js';
@@ -105,5 +105,89 @@ describe('sendResult', () => {
       result: [1, 2],
     });
     expect(headerPairs(raw)).toContainEqual(['x-viewer-cache', 'miss']);
+  });
+});
+
+describe('results finished together are written together (after the poll)', () => {
+  /** A server whose route answers once `release` is called, counting the requests it holds. */
+  async function gated(size: number) {
+    let held = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const allHeld = (n: number) => vi.waitFor(() => expect(held).toBe(n), { timeout: 5000 });
+    const app = Fastify();
+    requireCachingDecisions(app);
+    app.post<{ Querystring: { n: string } }>(
+      '/run',
+      { config: { caching: 'per-caller' } },
+      async (request, reply) => {
+        held++;
+        await gate;
+        sendResult(
+          reply,
+          `job-${request.query.n}`,
+          stored(Buffer.from(`"${'x'.repeat(size)}"`), true),
+        );
+      },
+    );
+    apps.push(app);
+    const url = new URL(await app.listen({ host: '127.0.0.1', port: 0 }));
+    const ask = (n: number) => {
+      const req = httpRequest({
+        host: url.hostname,
+        port: url.port,
+        path: `/run?n=${n}`,
+        method: 'POST',
+        agent: false,
+      });
+      const answer = new Promise<{ jobId: string; length: number }>((resolve, reject) => {
+        req.on('response', (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+            resolve({ jobId: body.jobId, length: body.result.length });
+          });
+          res.on('error', reject);
+        });
+        req.on('error', reject);
+      });
+      req.end();
+      return { req, answer };
+    };
+    return { ask, allHeld, release: () => release() };
+  }
+
+  for (const size of [100, 64 * 1024]) {
+    it(`${size} B: every connection gets its own whole answer, though one of them hung up`, async () => {
+      const { ask, allHeld, release } = await gated(size);
+      const asks = [0, 1, 2, 3, 4, 5].map(ask);
+      await allHeld(6);
+      // The client of request 2 is gone before its answer is written, in the same batch.
+      const gone = asks[2]!;
+      gone.answer.catch(() => {});
+      const closed = new Promise((resolve) => gone.req.on('close', resolve));
+      gone.req.destroy();
+      await closed;
+      release();
+      const answers = await Promise.all(asks.filter((_, i) => i !== 2).map((a) => a.answer));
+      expect(answers).toEqual([0, 1, 3, 4, 5].map((n) => ({ jobId: `job-${n}`, length: size })));
+    });
+  }
+
+  it("a test's fake timers cannot hold answers back (setImmediate is taken at load)", async () => {
+    const { ask, allHeld, release } = await gated(10);
+    // The fake setImmediate never runs by itself: an answer written through it would never come.
+    vi.useFakeTimers({ toFake: ['setImmediate'] });
+    try {
+      const one = ask(1);
+      await allHeld(1);
+      release();
+      expect(await one.answer).toEqual({ jobId: 'job-1', length: 10 });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
