@@ -1,4 +1,5 @@
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import Fastify from 'fastify';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { JobResult } from '../../src/index.js';
@@ -157,7 +158,7 @@ describe('results finished together are written together (after the poll)', () =
       req.end();
       return { req, answer };
     };
-    return { ask, allHeld, release: () => release() };
+    return { ask, allHeld, url, release: () => release() };
   }
 
   for (const size of [100, 64 * 1024]) {
@@ -176,6 +177,38 @@ describe('results finished together are written together (after the poll)', () =
       expect(answers).toEqual([0, 1, 3, 4, 5].map((n) => ({ jobId: `job-${n}`, length: size })));
     });
   }
+
+  it('pipelined requests on one connection are answered in order, each whole', async () => {
+    const { url, release } = await gated(5000);
+    release();
+    const socket = connect(Number(url.port), url.hostname);
+    socket.on('error', () => {});
+    const asks = [1, 2, 3, 4]
+      .map((n) => `POST /run?n=${n} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`)
+      .join('');
+    const received: Buffer[] = [];
+    const all = new Promise<string>((resolve) => {
+      socket.on('data', (chunk: Buffer) => {
+        received.push(chunk);
+        const text = Buffer.concat(received).toString('utf8');
+        if ((text.match(/"fromCache":true/g) ?? []).length === 4) resolve(text);
+      });
+    });
+    // One TCP write: the server parses all four in one read.
+    socket.write(asks);
+    const text = await all;
+    socket.destroy();
+    const bodies = text
+      .split('HTTP/1.1 200 OK')
+      .slice(1)
+      .map((answer) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)));
+    expect(bodies.map((b) => [b.jobId, b.result.length])).toEqual([
+      ['job-1', 5000],
+      ['job-2', 5000],
+      ['job-3', 5000],
+      ['job-4', 5000],
+    ]);
+  });
 
   it("a test's fake timers cannot hold answers back (setImmediate is taken at load)", async () => {
     const { ask, allHeld, release } = await gated(10);
