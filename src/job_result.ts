@@ -13,7 +13,10 @@ export interface JobResult {
   readonly stored?: boolean;
   /**
    * The result as UTF-8 JSON bytes. On a cache hit these are the stored bytes themselves, so a
-   * caller that only forwards JSON never pays a parse or a stringify.
+   * caller that only forwards JSON never pays a parse or a stringify. Read them, never write
+   * into them: on a hit from process memory they are a view of the entry the store holds, and a
+   * write would change what every later hit of the same key returns. Copy first
+   * (`Buffer.from(result.json())`) to change them.
    */
   json(): Uint8Array;
 }
