@@ -66,9 +66,10 @@ export interface Job {
  * through the remembered set, keeps what it points to (its id, perms, args) alive through each
  * young collection, to be copied and promoted, until the next full collection. Objects made by
  * `new` of a class have no allocation site and are never pretenured. Measured on a 1 KiB value
- * hit after misses (`createViewerCache(...).run`, 1 M hits, `node --trace-gc-nvp`): with the
- * literal 492 bytes promoted and 1.76 µs of scavenging per hit, with the class 25 bytes and
- * 0.23–0.31 µs — the hit itself 7.3–8.2 µs instead of 10.0–10.4.
+ * hit after misses (`createViewerCache(...).run`, 1 M hits, `node --trace-gc-nvp`, a process
+ * per build, 3 interleaved pairs): with the literal ≈ 495 bytes promoted and ≈ 1.9 µs of
+ * scavenging per hit, with the class 25 bytes and ≈ 0.3 µs — the hit itself 7.6–8.0 µs instead
+ * of 10.3–10.5.
  */
 export function newJob(
   id: string,
