@@ -1,0 +1,192 @@
+/**
+ * Where a queued miss's CPU goes: `npx tsx bench/queue_cpu.ts [--rounds 3] [--misses 2000]`
+ * with REDIS_URL (the machine's `redis-server`, whose CPU it reads) and DATABASE_URL (else an
+ * embedded PostgreSQL).
+ *
+ * One worker process (`queue_worker_process.ts`, concurrency 32) and 32 callers in this process
+ * run, in alternating rounds, queued misses of the ~1 ms runnable and bare BullMQ round trips
+ * doing the same work in the same worker process. Per round it prints the rate and the CPU time
+ * per miss of each process — this one (callers and the enqueuing side), the worker, and
+ * redis-server — from `/proc/<pid>/stat`, so that a throughput gap can be put on the process
+ * that pays it. `VC_QUEUE_CPU_WORKER_ARGS`: node flags for the worker (`--cpu-prof
+ * --cpu-prof-dir=…`). A figure to read, not a target: `queue_bench.ts` has the ratios.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { Queue, QueueEvents } from 'bullmq';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import {
+  createExecutor,
+  createQueueExecutor,
+  migrateQueue,
+  RedisCacheStore,
+  withResultCache,
+} from '../src/index.js';
+import { benchPostgres } from './postgres_fixture.js';
+import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
+
+const WORKER = fileURLToPath(new URL('./queue_worker_process.ts', import.meta.url));
+const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+const CALLERS = 32;
+const arg = (name: string, fallback: number) => {
+  const at = process.argv.indexOf(`--${name}`);
+  return at === -1 ? fallback : Number(process.argv[at + 1]);
+};
+const ROUNDS = arg('rounds', 3);
+const MISSES = arg('misses', 2000);
+
+/** CPU time (user + system) of a process so far, in ms (`/proc` counts in 1/100 s). */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** The redis-server behind REDIS_URL: the one listening on its port. */
+function redisServerPid(): number {
+  const port = new URL(REDIS_URL).port || '6379';
+  const found = execFileSync('pgrep', ['-f', `redis-server .*:${port}`], { encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .map(Number)
+    .find((pid) => pid > 0);
+  if (found === undefined) throw new Error(`no redis-server on port ${port} to measure`);
+  return found;
+}
+
+const tag = randomBytes(4).toString('hex');
+const QUEUE_PREFIX = `{vc-qcpu-${tag}}`;
+const CACHE_PREFIX = `vc-qcpu:${tag}:`;
+const redisPid = redisServerPid();
+const postgres = await benchPostgres();
+const database = `vc_queue_cpu_${tag}`;
+await postgres.createDatabase(database);
+const pool = new pg.Pool({ connectionString: postgres.url(database), max: 2 });
+await migrateQueue(pool);
+await pool.end();
+
+const flags = (process.env['VC_QUEUE_CPU_WORKER_ARGS'] ?? '').split(' ').filter(Boolean);
+const worker = spawn(process.execPath, [...flags, '--import', 'tsx', WORKER], {
+  env: {
+    ...process.env,
+    DATABASE_URL: postgres.url(database),
+    REDIS_URL,
+    QUEUE_PREFIX,
+    CACHE_PREFIX,
+    CONCURRENCY: String(CALLERS),
+  },
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+await new Promise<void>((resolve, reject) => {
+  createInterface({ input: worker.stdout! }).on('line', (line) => line === 'ready' && resolve());
+  worker.once('exit', (code) => reject(new Error(`worker exited ${code}`)));
+});
+
+const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+redis.on('error', () => {});
+const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
+const queue = createQueueExecutor({
+  executor: local,
+  redis,
+  secretKey: QUEUE_BENCH_SECRET,
+  prefix: QUEUE_PREFIX,
+});
+await queue.ready();
+const store = new RedisCacheStore({ redis: REDIS_URL, prefix: CACHE_PREFIX, commandTimeout: 5000 });
+const queued = withResultCache(queue, { store, seal: { secretKey: QUEUE_BENCH_SECRET } });
+let misses = 0;
+const miss = () =>
+  queued.run(
+    local.createJob({
+      workspace: 'bench',
+      path: 'work',
+      runAs: 'pub@example.com',
+      origin: { kind: 'app', session: { email: 'bench@example.com' } },
+      args: { cpu: misses++ },
+    }),
+  );
+
+// Connections of their own, closed at the end: BullMQ never closes a connection it is handed.
+const bareConnections = [redis.duplicate(), redis.duplicate()] as const;
+const bareQueue = new Queue('bare', { connection: bareConnections[0], prefix: QUEUE_PREFIX });
+const bareEvents = new QueueEvents('bare', {
+  connection: bareConnections[1],
+  prefix: QUEUE_PREFIX,
+});
+bareEvents.setMaxListeners(0);
+await Promise.all([bareQueue.waitUntilReady(), bareEvents.waitUntilReady()]);
+let trips = 0;
+/** A bare BullMQ round trip whose worker runs the same runnable (`work`) first. */
+const bareTrip = async () => {
+  const jobId = `w${trips++}`;
+  const done = new Promise<void>((resolve) => {
+    const onDone = () => {
+      bareEvents.off(`completed:${jobId}` as 'completed', onDone);
+      resolve();
+    };
+    bareEvents.on(`completed:${jobId}` as 'completed', onDone);
+  });
+  await bareQueue.add('work', { n: trips }, { jobId, removeOnComplete: true, removeOnFail: true });
+  await done;
+};
+
+async function round(label: string, op: () => Promise<unknown>): Promise<void> {
+  const self0 = process.cpuUsage();
+  const worker0 = cpuMs(worker.pid!);
+  const redis0 = cpuMs(redisPid);
+  const t0 = performance.now();
+  let started = 0;
+  await Promise.all(
+    Array.from({ length: CALLERS }, async () => {
+      while (started++ < MISSES) await op();
+    }),
+  );
+  const wallMs = performance.now() - t0;
+  const self = process.cpuUsage(self0);
+  const perMiss = (ms: number) => `${Math.round((ms / MISSES) * 1000)} µs`;
+  process.stdout.write(
+    `| ${label} | ${Math.round(MISSES / (wallMs / 1000))}/s | ${perMiss((self.user + self.system) / 1000)} | ` +
+      `${perMiss(cpuMs(worker.pid!) - worker0)} | ${perMiss(cpuMs(redisPid) - redis0)} |\n`,
+  );
+}
+
+try {
+  for (let i = 0; i < 50; i++) {
+    await miss();
+    await bareTrip();
+  }
+  process.stdout.write(
+    `**CPU per miss by process** (\`bench/queue_cpu.ts\`: 1 worker process, ${CALLERS} callers, ${MISSES} per round)\n\n` +
+      '| round | rate | this process | worker | redis-server |\n| --- | ---: | ---: | ---: | ---: |\n',
+  );
+  for (let r = 1; r <= ROUNDS; r++) {
+    await round(`queued misses, ${r}`, miss);
+    await round(`bare BullMQ + the same work, ${r}`, bareTrip);
+  }
+} finally {
+  worker.kill('SIGTERM');
+  await once(worker, 'exit');
+  // Everything this run wrote, the queues' keys included, on a connection of its own.
+  const cleaner = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  for (const match of [`${QUEUE_PREFIX}*`, `${CACHE_PREFIX}*`]) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await cleaner.scan(cursor, 'MATCH', match, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await cleaner.del(...keys);
+    } while (cursor !== '0');
+  }
+  cleaner.disconnect();
+  await bareQueue.close();
+  await bareEvents.close();
+  await queue.close();
+  await store.close();
+  for (const connection of bareConnections) connection.disconnect();
+  redis.disconnect();
+  await postgres.close('vc_queue_cpu_');
+}
