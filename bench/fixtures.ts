@@ -146,10 +146,15 @@ export function rawRedis(): Redis {
 
 /** Deletes every key this run wrote (SCAN + UNLINK under {@link RUN_PREFIX}). */
 export async function deleteRunKeys(client: Redis): Promise<number> {
+  return deleteKeys(client, `${RUN_PREFIX}*`);
+}
+
+/** Deletes every key matching `match` (a SCAN pattern); how many it deleted. */
+export async function deleteKeys(client: Redis, match: string): Promise<number> {
   let cursor = '0';
   let deleted = 0;
   do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', `${RUN_PREFIX}*`, 'COUNT', 1000);
+    const [next, keys] = await client.scan(cursor, 'MATCH', match, 'COUNT', 1000);
     cursor = next;
     if (keys.length > 0) deleted += await client.unlink(...keys);
   } while (cursor !== '0');

@@ -11,12 +11,7 @@
  * process, one through the queue, …). `--quick`: 60 misses a side instead of 200
  * (`QUEUE_BENCH_N` overrides); `--json`: the rows as one JSON line (`npm run bench` runs it so).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -34,10 +29,11 @@ import {
   printExecutionRows,
   quantile,
 } from './execution_report.js';
+import { deleteKeys } from './fixtures.js';
 import { benchPostgres } from './postgres_fixture.js';
+import { bareRoundTrips, startQueueWorker, stopQueueWorker } from './queue_floor.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
-const WORKER = fileURLToPath(new URL('./queue_worker_process.ts', import.meta.url));
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const tag = randomBytes(4).toString('hex');
 const QUEUE_PREFIX = `{vc-bench-${tag}}`;
@@ -77,37 +73,20 @@ function run(cache: CachedExecutor, registry: Executor, args: Record<string, unk
   );
 }
 
-async function startWorker(databaseUrl: string): Promise<ChildProcess> {
-  // QUEUE_BENCH_WORKER_ARGS: node flags for the worker processes (`--cpu-prof --cpu-prof-dir=…`).
-  const flags = (process.env['QUEUE_BENCH_WORKER_ARGS'] ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...flags, '--import', 'tsx', WORKER], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      REDIS_URL,
-      QUEUE_PREFIX,
-      CACHE_PREFIX,
-      // As many job slots as callers: in process, nothing caps how many misses run at once.
-      CONCURRENCY: process.env['QUEUE_BENCH_CONCURRENCY'] ?? String(CALLERS),
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => line === 'ready' && resolve());
-    child.once('exit', (code) => reject(new Error(`worker exited ${code}`)));
-  });
-  return child;
-}
-
-async function stopWorker(child: ChildProcess) {
-  child.kill('SIGTERM');
-  await once(child, 'exit');
-}
-
 const pgServer = await benchPostgres();
 const database = `vc_queue_bench_${tag}`;
 await pgServer.createDatabase(database);
 const databaseUrl = pgServer.url(database);
+// As many job slots as callers: in process, nothing caps how many misses run at once.
+// QUEUE_BENCH_WORKER_ARGS: node flags for the worker processes (`--cpu-prof --cpu-prof-dir=…`).
+const workerPlace = {
+  databaseUrl,
+  redisUrl: REDIS_URL,
+  queuePrefix: QUEUE_PREFIX,
+  cachePrefix: CACHE_PREFIX,
+  concurrency: Number(process.env['QUEUE_BENCH_CONCURRENCY'] ?? CALLERS),
+};
+const startWorker = () => startQueueWorker(workerPlace, process.env['QUEUE_BENCH_WORKER_ARGS']);
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 8 });
 await migrateQueue(pool);
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
@@ -128,27 +107,9 @@ const queue = createQueueExecutor({
 });
 await queue.ready();
 const queued = withResultCache(queue, { store: store(), seal });
-// The floor: a bare BullMQ round trip on the same Redis (add a job, a worker process returns
-// it, the caller awaits it on the queue's event stream, subscribed before adding — as the queue
-// executor waits).
-const bareQueue = new Queue('bare', { connection: redis.duplicate(), prefix: QUEUE_PREFIX });
-const bareEvents = new QueueEvents('bare', { connection: redis.duplicate(), prefix: QUEUE_PREFIX });
-bareEvents.setMaxListeners(0);
-await Promise.all([bareQueue.waitUntilReady(), bareEvents.waitUntilReady()]);
-let bareN = 0;
-/** A bare BullMQ round trip; `work`: the worker runs the same ~1 ms runnable on the job first. */
-const bareTrip = async (name: 'r' | 'work') => {
-  const jobId = `b${bareN++}`;
-  const done = new Promise<void>((resolve) => {
-    const onDone = () => {
-      bareEvents.off(`completed:${jobId}` as 'completed', onDone);
-      resolve();
-    };
-    bareEvents.on(`completed:${jobId}` as 'completed', onDone);
-  });
-  await bareQueue.add(name, { n: bareN }, { jobId, removeOnComplete: true, removeOnFail: true });
-  await done;
-};
+// The floor: bare BullMQ round trips on the same Redis, through the same worker process.
+const bare = await bareRoundTrips(redis, QUEUE_PREFIX);
+const bareTrip = bare.trip;
 const bareRoundTrip = () => bareTrip('r');
 
 const quick = process.argv.includes('--quick');
@@ -157,7 +118,7 @@ const rows: ExecutionRow[] = [];
 const progress = (text: string) => process.stderr.write(text);
 try {
   progress('queue: worker… ');
-  const workers = [await startWorker(databaseUrl)];
+  const workers = [await startWorker()];
   // Warm both paths.
   for (let i = 0; i < 30; i++) {
     await run(inProcess, local, { warm: i, side: 'l' });
@@ -212,7 +173,7 @@ try {
   const bareRate = await throughput(total, CALLERS, bareRoundTrip);
   // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
   const bareWorkRate = await throughput(total, CALLERS, () => bareTrip('work'));
-  workers.push(await startWorker(databaseUrl));
+  workers.push(await startWorker());
   const two = await throughput(total, CALLERS, (i) => run(queued, queue, { t2: i }));
   rows.push(
     executionRow(
@@ -278,21 +239,14 @@ try {
       quantile(hitsQueue, 0.5),
     ),
   );
-  for (const w of workers) await stopWorker(w);
+  for (const w of workers) await stopQueueWorker(w);
   progress('done\n');
 } finally {
-  await bareQueue.close();
-  await bareEvents.close();
+  await bare.close();
   await queue.close();
   for (const s of stores) await s.close();
-  let cursor = '0';
-  for (const match of [`${QUEUE_PREFIX}*`, `${CACHE_PREFIX}*`]) {
-    do {
-      const [nextCursor, keys] = await redis.scan(cursor, 'MATCH', match, 'COUNT', 1000);
-      cursor = nextCursor;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  }
+  await deleteKeys(redis, `${QUEUE_PREFIX}*`);
+  await deleteKeys(redis, `${CACHE_PREFIX}*`);
   redis.disconnect();
   await pool.end();
   await pgServer.close('vc_queue_bench_');

@@ -11,13 +11,9 @@
  * that pays it. `VC_QUEUE_CPU_WORKER_ARGS`: node flags for the worker (`--cpu-prof
  * --cpu-prof-dir=…`). A figure to read, not a target: `queue_bench.ts` has the ratios.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
@@ -27,10 +23,11 @@ import {
   RedisCacheStore,
   withResultCache,
 } from '../src/index.js';
+import { deleteKeys } from './fixtures.js';
 import { benchPostgres } from './postgres_fixture.js';
+import { bareRoundTrips, startQueueWorker, stopQueueWorker } from './queue_floor.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
-const WORKER = fileURLToPath(new URL('./queue_worker_process.ts', import.meta.url));
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const CALLERS = 32;
 const arg = (name: string, fallback: number) => {
@@ -70,22 +67,16 @@ const pool = new pg.Pool({ connectionString: postgres.url(database), max: 2 });
 await migrateQueue(pool);
 await pool.end();
 
-const flags = (process.env['VC_QUEUE_CPU_WORKER_ARGS'] ?? '').split(' ').filter(Boolean);
-const worker = spawn(process.execPath, [...flags, '--import', 'tsx', WORKER], {
-  env: {
-    ...process.env,
-    DATABASE_URL: postgres.url(database),
-    REDIS_URL,
-    QUEUE_PREFIX,
-    CACHE_PREFIX,
-    CONCURRENCY: String(CALLERS),
+const worker = await startQueueWorker(
+  {
+    databaseUrl: postgres.url(database),
+    redisUrl: REDIS_URL,
+    queuePrefix: QUEUE_PREFIX,
+    cachePrefix: CACHE_PREFIX,
+    concurrency: CALLERS,
   },
-  stdio: ['ignore', 'pipe', 'inherit'],
-});
-await new Promise<void>((resolve, reject) => {
-  createInterface({ input: worker.stdout! }).on('line', (line) => line === 'ready' && resolve());
-  worker.once('exit', (code) => reject(new Error(`worker exited ${code}`)));
-});
+  process.env['VC_QUEUE_CPU_WORKER_ARGS'],
+);
 
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
 redis.on('error', () => {});
@@ -111,29 +102,8 @@ const miss = () =>
     }),
   );
 
-// Connections of their own, closed at the end: BullMQ never closes a connection it is handed.
-const bareConnections = [redis.duplicate(), redis.duplicate()] as const;
-const bareQueue = new Queue('bare', { connection: bareConnections[0], prefix: QUEUE_PREFIX });
-const bareEvents = new QueueEvents('bare', {
-  connection: bareConnections[1],
-  prefix: QUEUE_PREFIX,
-});
-bareEvents.setMaxListeners(0);
-await Promise.all([bareQueue.waitUntilReady(), bareEvents.waitUntilReady()]);
-let trips = 0;
-/** A bare BullMQ round trip whose worker runs the same runnable (`work`) first. */
-const bareTrip = async () => {
-  const jobId = `w${trips++}`;
-  const done = new Promise<void>((resolve) => {
-    const onDone = () => {
-      bareEvents.off(`completed:${jobId}` as 'completed', onDone);
-      resolve();
-    };
-    bareEvents.on(`completed:${jobId}` as 'completed', onDone);
-  });
-  await bareQueue.add('work', { n: trips }, { jobId, removeOnComplete: true, removeOnFail: true });
-  await done;
-};
+const bare = await bareRoundTrips(redis, QUEUE_PREFIX);
+const bareTrip = () => bare.trip('work');
 
 async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const self0 = process.cpuUsage();
@@ -169,24 +139,15 @@ try {
     await round(`bare BullMQ + the same work, ${r}`, bareTrip);
   }
 } finally {
-  worker.kill('SIGTERM');
-  await once(worker, 'exit');
+  await stopQueueWorker(worker);
   // Everything this run wrote, the queues' keys included, on a connection of its own.
   const cleaner = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
-  for (const match of [`${QUEUE_PREFIX}*`, `${CACHE_PREFIX}*`]) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await cleaner.scan(cursor, 'MATCH', match, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await cleaner.del(...keys);
-    } while (cursor !== '0');
-  }
+  await deleteKeys(cleaner, `${QUEUE_PREFIX}*`);
+  await deleteKeys(cleaner, `${CACHE_PREFIX}*`);
   cleaner.disconnect();
-  await bareQueue.close();
-  await bareEvents.close();
+  await bare.close();
   await queue.close();
   await store.close();
-  for (const connection of bareConnections) connection.disconnect();
   redis.disconnect();
   await postgres.close('vc_queue_cpu_');
 }
