@@ -366,6 +366,9 @@ describe('forged queue messages are refused', () => {
     const before = deploy.outcomes.length;
     await queue.add('run', data, { jobId, removeOnComplete: true, removeOnFail: true });
     await waitUntil('the worker answered', () => deploy.outcomes.length > before);
+    // The worker records its outcome before BullMQ finishes the job: until the job is gone, a
+    // next message under the same id would be taken for a duplicate and never run.
+    await waitUntil('the job is gone', async () => (await queue.getJob(jobId)) === undefined);
     await queue.close();
     return deploy.outcomes[before]!.code;
   }
