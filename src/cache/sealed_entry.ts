@@ -5,11 +5,11 @@ import {
   hash,
   hkdfSync,
   type KeyObject,
-  randomFillSync,
 } from 'node:crypto';
 import type { RejectionReason } from '../events.js';
 import { MAGIC_0, MAGIC_1 } from '../stores/entry_header.js';
 import { asBuffer } from '../util/bytes.js';
+import { fillNonce } from '../util/nonces.js';
 import { type EntryCodec, writeDigest } from './cache_entry.js';
 import type { KeyDigest } from './cache_key.js';
 
@@ -78,7 +78,7 @@ export class SealedEntries implements EntryCodec {
     out[2] = FORMAT;
     out[3] = 0;
     out.writeDoubleBE(expiresAt, 4);
-    randomFillSync(out, NONCE_AT, NONCE_BYTES);
+    fillNonce(out, NONCE_AT, NONCE_BYTES);
     const cipher = createCipheriv('aes-256-gcm', this.#sealKey, out.subarray(NONCE_AT, HEADER));
     cipher.setAAD(this.#associated(out, digest));
     const sealed = cipher.update(payload);

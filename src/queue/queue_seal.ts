@@ -1,4 +1,5 @@
-import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from 'node:crypto';
+import { newNonce } from '../util/nonces.js';
 
 /**
  * The queue's keys, derived from the deployment's secret (VIEWER_CACHE_SECRET_KEY) with HKDF, one
@@ -54,7 +55,7 @@ export class QueueKeys {
 
 /** AES-256-GCM: iv (12) ‖ tag (16) ‖ body, base64; `aad` binds it to what it belongs to. */
 function seal(key: Buffer, aad: string, plain: Uint8Array): string {
-  const iv = randomBytes(12);
+  const iv = newNonce(12);
   const cipher = createCipheriv('aes-256-gcm', key, iv);
   cipher.setAAD(Buffer.from(aad));
   const body = Buffer.concat([cipher.update(plain), cipher.final()]);

@@ -1,8 +1,9 @@
-import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, hkdfSync } from 'node:crypto';
 import { QueueUnavailableError } from '../errors.js';
 import type { JobTokenIssuer } from '../executor/executor.js';
 import type { Job, JobPerms } from '../job.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { newNonce } from '../util/nonces.js';
 import { permsFromJson } from './job_records.js';
 import { QUEUE_DEFAULTS } from './queue_names.js';
 import { CHILD_QUEUE_DEPTHS, queuedRun } from './queued_run.js';
@@ -103,7 +104,7 @@ export class SharedJobTokens implements JobTokenIssuer {
     const depth = queuedRun()?.depth;
     const fields = [job.id, job.workspace, JSON.stringify(job.perms), expiresAt];
     const grant = JSON.stringify(depth === undefined ? fields : [...fields, depth]);
-    const iv = randomBytes(12);
+    const iv = newNonce(12);
     const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
     cipher.setAAD(this.#aad);
     const body = Buffer.concat([cipher.update(grant, 'utf8'), cipher.final()]);
