@@ -8,8 +8,10 @@
  * doing the same work in the same worker process. Per round it prints the rate and the CPU time
  * per miss of each process — this one (callers and the enqueuing side), the worker, and
  * redis-server — from `/proc/<pid>/stat`, so that a throughput gap can be put on the process
- * that pays it. `VC_QUEUE_CPU_WORKER_ARGS`: node flags for the worker (`--cpu-prof
- * --cpu-prof-dir=…`). A figure to read, not a target: `queue_bench.ts` has the ratios.
+ * that pays it, and the worker's write syscalls per miss (`/proc/<pid>/io`). `VC_QUEUE_CPU_WORKER_ARGS`:
+ * node flags for the worker (`--cpu-prof --cpu-prof-dir=…`). `VC_QUEUE_BENCH_SPIN_MS=0`: the
+ * runnable does no work, leaving the queue's own cost per miss. A figure to read, not a target:
+ * `queue_bench.ts` has the ratios.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -42,6 +44,11 @@ function cpuMs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** Write syscalls (write, writev, …) a process has made so far. */
+function writeCalls(pid: number): number {
+  return Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1]);
 }
 
 /** The redis-server behind REDIS_URL: the one listening on its port. */
@@ -108,6 +115,7 @@ const bareTrip = () => bare.trip('work');
 async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const self0 = process.cpuUsage();
   const worker0 = cpuMs(worker.pid!);
+  const writes0 = writeCalls(worker.pid!);
   const redis0 = cpuMs(redisPid);
   const t0 = performance.now();
   let started = 0;
@@ -121,7 +129,8 @@ async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const perMiss = (ms: number) => `${Math.round((ms / MISSES) * 1000)} µs`;
   process.stdout.write(
     `| ${label} | ${Math.round(MISSES / (wallMs / 1000))}/s | ${perMiss((self.user + self.system) / 1000)} | ` +
-      `${perMiss(cpuMs(worker.pid!) - worker0)} | ${perMiss(cpuMs(redisPid) - redis0)} |\n`,
+      `${perMiss(cpuMs(worker.pid!) - worker0)} | ${perMiss(cpuMs(redisPid) - redis0)} | ` +
+      `${((writeCalls(worker.pid!) - writes0) / MISSES).toFixed(2)} |\n`,
   );
 }
 
@@ -132,7 +141,8 @@ try {
   }
   process.stdout.write(
     `**CPU per miss by process** (\`bench/queue_cpu.ts\`: 1 worker process, ${CALLERS} callers, ${MISSES} per round)\n\n` +
-      '| round | rate | this process | worker | redis-server |\n| --- | ---: | ---: | ---: | ---: |\n',
+      '| round | rate | this process | worker | redis-server | worker writes |\n' +
+      '| --- | ---: | ---: | ---: | ---: | ---: |\n',
   );
   for (let r = 1; r <= ROUNDS; r++) {
     await round(`queued misses, ${r}`, miss);

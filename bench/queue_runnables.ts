@@ -7,7 +7,9 @@ export const QUEUE_BENCH_RUNNABLES: Record<string, RunnableDefinition> = {
     hash: 'bench-work-v1',
     cacheTtlS: 300,
     fn: async (args) => {
-      const until = performance.now() + 1;
+      // VC_QUEUE_BENCH_SPIN_MS=0 (queue_cpu.ts, inherited by its worker): no work at all, so
+      // what is left per miss is the queue's own cost.
+      const until = performance.now() + Number(process.env['VC_QUEUE_BENCH_SPIN_MS'] ?? 1);
       let spins = 0;
       while (performance.now() < until) spins++;
       return {

@@ -3,6 +3,7 @@ import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
 import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
+import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
 import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import {
@@ -126,6 +127,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     (place: { prefix: string; name: string }) =>
     async (bullJob: BullJob<unknown, string>): Promise<string> => {
       const started = performance.now();
+      corkForTick(connection);
       const claimed = await claimQueuedJob(keys, place, connection, bullJob);
       if (claimed === null) return refuse(started, null, bullJob);
       const { message, job } = claimed;
@@ -144,11 +146,11 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
           ),
         );
         const json = result.json();
-        finishBeforeAnswer(claimed);
+        finishBeforeAnswer(connection, claimed);
         finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob), depth });
         return keys.sealResult(message.queueId, json);
       } catch (thrown) {
-        finishBeforeAnswer(claimed);
+        finishBeforeAnswer(connection, claimed);
         const code = queueFailureCode(thrown);
         finished({ path, code, ms: performance.now() - started, ...queued(bullJob), depth });
         // Only the code reaches Redis (BullMQ keeps failure reasons in clear).
@@ -255,7 +257,11 @@ const KNOWN_MISS = Object.freeze({ knownMiss: true });
  * list — before any server sees the answer or a replay of the message can be added — at no round
  * trip of its own. (A failure was never the job's: the claim still expires after the deadline.)
  */
-function finishBeforeAnswer(claimed: { finish(): Promise<void> }): void {
+function finishBeforeAnswer(
+  connection: CorkableClient,
+  claimed: { finish(): Promise<void> },
+): void {
+  corkForTick(connection);
   claimed.finish().catch(() => {});
 }
 

@@ -1,6 +1,7 @@
 import { type Cluster, Command, Redis } from 'ioredis';
 import { type Duration, resolveDuration } from '../duration.js';
 import { StoreUnavailableError } from '../errors.js';
+import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
 import { DeadlineQueue } from './deadline_queue.js';
 import { isIoredisClient } from './redis_client.js';
 import type { CacheStore } from './store.js';
@@ -211,6 +212,9 @@ export class RedisCacheStore implements CacheStore {
       ? value
       : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
     const connecting = this.#connecting;
+    // Misses that finish in one tick (callers resumed together, a worker's jobs) write their
+    // entries in one syscall.
+    if (connecting === null) corkForTick(this.#client as CorkableClient);
     await this.#bounded(
       connecting === null
         ? this.#client.set(k, buffer, 'PX', px)

@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { CacheStore } from '../../../src/index.js';
 import { RedisCacheStore } from '../../../src/index.js';
+import { corkForTick } from '../../../src/util/tick_cork.js';
 import {
   deleteKeys,
   elapseOnServer,
@@ -246,6 +247,91 @@ describe('RedisCacheStore writes', () => {
     } finally {
       client.disconnect();
       await proxy.stop();
+    }
+  });
+});
+
+describe('RedisCacheStore SETs of one tick', () => {
+  it('leave in one socket write, each stored (a lone SET still leaves within its tick)', async () => {
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}sets:` });
+      const keys = Array.from({ length: 16 }, (_, i) => `s${i}`);
+      const counted = countSocketWrites(client);
+      // Sixteen misses finishing together (callers resumed by one reply, a worker's jobs):
+      // without the cork, sixteen write syscalls.
+      await Promise.all(keys.map((key) => store.set(key, Buffer.from(`value of ${key}`), 60_000)));
+      expect(counted.writes).toBe(1);
+      await store.set('alone', Buffer.from('alone'), 60_000);
+      expect(counted.writes).toBe(2);
+      const stored = await raw.mgetBuffer(...[...keys, 'alone'].map((k) => `${prefix}sets:${k}`));
+      expect(stored.map((v) => v?.toString())).toEqual([
+        ...keys.map((key) => `value of ${key}`),
+        'alone',
+      ]);
+      // The socket is left uncorked once the tick is over.
+      expect(client.stream.writableCorked).toBe(0);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('held for the end of the tick, fail at once when the connection drops meanwhile', async () => {
+    const proxy = await TcpProxy.start(redisAddress(url));
+    const client = new Redis(redisAddress(url).via(proxy.port), {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => 20,
+    });
+    client.on('error', () => {});
+    try {
+      await ready(client);
+      // A minute's bound: a held SET that the drop did not fail would hang the test, not pass.
+      const store = new RedisCacheStore({
+        redis: client,
+        prefix: `${prefix}setdrop:`,
+        commandTimeout: '60s',
+      });
+      const writes = Array.from({ length: 8 }, (_, i) =>
+        store.set(`w${i}`, Buffer.from(`value ${i}`), 60_000),
+      );
+      proxy.dropConnections();
+      for (const outcome of await Promise.allSettled(writes)) {
+        expect(outcome).toMatchObject({
+          status: 'rejected',
+          reason: { code: 'E_STORE_UNAVAILABLE' },
+        });
+      }
+      await ready(client);
+      await store.set('after', Buffer.from('after'), 60_000);
+      expect((await raw.getBuffer(`${prefix}setdrop:after`))?.toString()).toBe('after');
+    } finally {
+      client.disconnect();
+      await proxy.stop();
+    }
+  });
+
+  it('corkForTick leaves alone a socket someone else holds corked, and a client not connected', async () => {
+    const client = await rawClient(url);
+    const idle = new Redis(url, { lazyConnect: true });
+    idle.on('error', () => {});
+    try {
+      client.stream.cork();
+      corkForTick(client);
+      expect(client.stream.writableCorked).toBe(1);
+      await new Promise((resolve) => setImmediate(resolve));
+      // Still the holder's one cork: not doubled, and not uncorked behind the holder's back.
+      expect(client.stream.writableCorked).toBe(1);
+      client.stream.uncork();
+      expect(idle.status).toBe('wait');
+      expect(() => corkForTick(idle)).not.toThrow();
+      corkForTick(client);
+      expect(client.stream.writableCorked).toBe(1);
+      await new Promise((resolve) => process.nextTick(resolve));
+      expect(client.stream.writableCorked).toBe(0);
+    } finally {
+      idle.disconnect();
+      await client.quit();
     }
   });
 });
