@@ -75,6 +75,11 @@ function processJiffies(pid: number | 'self'): number {
   return Number(rest[11]) + Number(rest[12]);
 }
 
+/** Write syscalls (write, writev, …) a process has made so far (`/proc/<pid>/io`). */
+function processWrites(pid: number): number {
+  return Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1]);
+}
+
 async function startServer(): Promise<{ child: ChildProcess; ready: Ready }> {
   const flags = ['--import', 'tsx'];
   if (PROFILE) flags.push('--cpu-prof', `--cpu-prof-dir=${PROFILE}`);
@@ -101,6 +106,11 @@ interface Sample {
   readonly p99Ms: number;
   /** The server process's CPU time per request (user + system), µs: robust to a busy machine. */
   readonly cpuUsPerReq: number;
+  /**
+   * The server process's write syscalls per request: one per response at best (a loopback write
+   * is among the costliest steps of a hit), plus what its Redis commands take.
+   */
+  readonly writesPerReq: number;
 }
 
 function load(url: string, token: string, body: string, connections: number): Promise<Sample> {
@@ -128,6 +138,7 @@ function load(url: string, token: string, body: string, connections: number): Pr
           p50Ms: at(0.5),
           p99Ms: at(0.99),
           cpuUsPerReq: 0,
+          writesPerReq: 0,
         });
       },
     );
@@ -177,12 +188,15 @@ try {
     const order = cells.map((_, k) => cells[(k + r) % cells.length]!);
     for (const c of order) {
       const cpu0 = processJiffies(child.pid!);
+      const writes0 = processWrites(child.pid!);
       const sample = await load(c.url, c.token, ready.body, c.conns);
       const jiffies = processJiffies(child.pid!) - cpu0;
-      const requests = sample.reqPerS * SECONDS;
+      const writes = processWrites(child.pid!) - writes0;
+      const requests = Math.max(1, sample.reqPerS * SECONDS);
       samples.set(`${c.id}@${c.conns}`, {
         ...sample,
-        cpuUsPerReq: (jiffies * (1e6 / CLOCK_TICKS)) / Math.max(1, requests),
+        cpuUsPerReq: (jiffies * (1e6 / CLOCK_TICKS)) / requests,
+        writesPerReq: writes / requests,
       });
     }
     const m1 = machineJiffies();
@@ -214,6 +228,7 @@ const rows = cells.map((c) => {
   const rpsRatio = ratio((s) => s.reqPerS);
   const cpu = get((s) => s.cpuUsPerReq);
   const cpuRatio = ratio((s) => s.cpuUsPerReq);
+  const writes = get((s) => s.writesPerReq);
   const p50Ratio = ratio((s) => s.p50Ms);
   return {
     id: c.id,
@@ -223,6 +238,7 @@ const rows = cells.map((c) => {
     reqPerSVsFloor: median(rpsRatio),
     cpuUsPerReq: { median: median(cpu), min: Math.min(...cpu), max: Math.max(...cpu) },
     cpuVsFloor: median(cpuRatio),
+    writesPerReq: median(writes),
     p50VsFloor: median(p50Ratio),
   };
 });

@@ -29,6 +29,8 @@ export interface OutsiderHttp {
     readonly p50VsFloor: number;
     readonly cpuUsPerReq: { median: number; min: number; max: number };
     readonly cpuVsFloor: number;
+    /** The server process's write syscalls per request (median); absent from older dumps. */
+    readonly writesPerReq?: number;
   }[];
 }
 
@@ -75,12 +77,12 @@ export function outsiderHttpTable(r: OutsiderHttp): string {
   const lines = [
     `**HTTP as an outsider measures it** (\`bench/outsider_http.ts\`: autocannon in a process of its own, ${r.seconds} s per cell, cells interleaved; a round is kept when other processes used ≤ ${r.maxOther * 100} % of the CPU; ${kept}; ${r.date}, load ${r.load}). Targets: req/s ≥ 0.85 × the floor, p50 ≤ 1.0 × (Redis only ≤ 1.2 ×).`,
     '',
-    '| target | conns | req/s, median (range) | p50 ms, median (range) | req/s ÷ floor | p50 ÷ floor | server CPU µs/req (range) | CPU ÷ floor |',
-    '| --- | ---: | --- | --- | ---: | ---: | --- | ---: |',
+    '| target | conns | req/s, median (range) | p50 ms, median (range) | req/s ÷ floor | p50 ÷ floor | server CPU µs/req (range) | CPU ÷ floor | server writes/req |',
+    '| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: |',
   ];
   for (const row of r.rows) {
     lines.push(
-      `| ${TARGETS[row.id] ?? row.id} | ${row.conns} | ${f(row.reqPerS.median, 0)} (${f(row.reqPerS.min, 0)}–${f(row.reqPerS.max, 0)}) | ${f(row.p50Ms.median)} (${f(row.p50Ms.min)}–${f(row.p50Ms.max)}) | ${f(row.reqPerSVsFloor)} | ${f(row.p50VsFloor)} | ${f(row.cpuUsPerReq.median, 1)} (${f(row.cpuUsPerReq.min, 1)}–${f(row.cpuUsPerReq.max, 1)}) | ${f(row.cpuVsFloor)} |`,
+      `| ${TARGETS[row.id] ?? row.id} | ${row.conns} | ${f(row.reqPerS.median, 0)} (${f(row.reqPerS.min, 0)}–${f(row.reqPerS.max, 0)}) | ${f(row.p50Ms.median)} (${f(row.p50Ms.min)}–${f(row.p50Ms.max)}) | ${f(row.reqPerSVsFloor)} | ${f(row.p50VsFloor)} | ${f(row.cpuUsPerReq.median, 1)} (${f(row.cpuUsPerReq.min, 1)}–${f(row.cpuUsPerReq.max, 1)}) | ${f(row.cpuVsFloor)} | ${f(row.writesPerReq ?? Number.NaN)} |`,
     );
   }
   return lines.join('\n');
