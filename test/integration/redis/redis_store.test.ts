@@ -203,6 +203,44 @@ describe('RedisCacheStore writes', () => {
     }
   });
 
+  it("after a turn with company, sends the next turn's first GET with the rest; after a lone GET, at once again", async () => {
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}busy:` });
+      const keys = Array.from({ length: 8 }, (_, i) => `b${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      const counted = countSocketWrites(client);
+      // Eight requests' callbacks in one turn, as a server under load reads them.
+      const turn = () =>
+        Promise.all(
+          keys.map(
+            (key) =>
+              new Promise<Uint8Array | null>((resolve, reject) => {
+                setImmediate(() => store.get(key).then(resolve, reject));
+              }),
+          ),
+        );
+      // The store's turns before this one were lone GETs (the SETs): the first leaves at once.
+      await turn();
+      expect(counted.writes).toBe(2);
+      // That turn had company: the next one's first GET waits for it, one write for all eight.
+      const values = await turn();
+      expect(counted.writes).toBe(3);
+      expect(values.map((v) => Buffer.from(v!).toString())).toEqual(
+        keys.map((key) => `value of ${key}`),
+      );
+      // A lone GET behind a busy turn leaves at the end of its turn, answered…
+      expect(Buffer.from((await store.get('b1'))!).toString()).toBe('value of b1');
+      expect(counted.writes).toBe(4);
+      // …and the one after it, behind a lone turn, leaves at once, inside the call.
+      const alone = store.get('b2');
+      expect(counted.writes).toBe(5);
+      expect(Buffer.from((await alone)!).toString()).toBe('value of b2');
+    } finally {
+      await client.quit();
+    }
+  });
+
   it('GETs held for the end of the turn fail at once when the connection drops meanwhile', async () => {
     const proxy = await TcpProxy.start(redisAddress(url));
     const client = new Redis(redisAddress(url).via(proxy.port), {
