@@ -242,21 +242,9 @@ describe('RedisCacheStore writes', () => {
   });
 
   it('GETs held for the end of the turn fail at once when the connection drops meanwhile', async () => {
-    const proxy = await TcpProxy.start(redisAddress(url));
-    const client = new Redis(redisAddress(url).via(proxy.port), {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => 20,
-    });
-    client.on('error', () => {});
+    // A minute's bound: a held GET that the drop did not fail would hang the test, not pass.
+    const { proxy, client, store } = await storeBehindProxy(`${prefix}drop:`);
     try {
-      await ready(client);
-      // A minute's bound: a held GET that the drop did not fail would hang the test, not pass.
-      const store = new RedisCacheStore({
-        redis: client,
-        prefix: `${prefix}drop:`,
-        commandTimeout: '60s',
-      });
       const keys = Array.from({ length: 8 }, (_, i) => `d${i}`);
       for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
       const settled = await Promise.allSettled(
@@ -315,21 +303,9 @@ describe('RedisCacheStore SETs of one tick', () => {
   });
 
   it('held for the end of the tick, fail at once when the connection drops meanwhile', async () => {
-    const proxy = await TcpProxy.start(redisAddress(url));
-    const client = new Redis(redisAddress(url).via(proxy.port), {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => 20,
-    });
-    client.on('error', () => {});
+    // A minute's bound: a held SET that the drop did not fail would hang the test, not pass.
+    const { proxy, client, store } = await storeBehindProxy(`${prefix}setdrop:`);
     try {
-      await ready(client);
-      // A minute's bound: a held SET that the drop did not fail would hang the test, not pass.
-      const store = new RedisCacheStore({
-        redis: client,
-        prefix: `${prefix}setdrop:`,
-        commandTimeout: '60s',
-      });
       const writes = Array.from({ length: 8 }, (_, i) =>
         store.set(`w${i}`, Buffer.from(`value ${i}`), 60_000),
       );
@@ -373,6 +349,26 @@ describe('RedisCacheStore SETs of one tick', () => {
     }
   });
 });
+
+/**
+ * A store on a client of its own, connected through a proxy the test can cut, failing commands
+ * at once while disconnected; with a minute's command bound, so a command the cut did not fail
+ * hangs the test instead of passing it.
+ */
+async function storeBehindProxy(
+  storePrefix: string,
+): Promise<{ proxy: TcpProxy; client: Redis; store: RedisCacheStore }> {
+  const proxy = await TcpProxy.start(redisAddress(url));
+  const client = new Redis(redisAddress(url).via(proxy.port), {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => 20,
+  });
+  client.on('error', () => {});
+  await ready(client);
+  const store = new RedisCacheStore({ redis: client, prefix: storePrefix, commandTimeout: '60s' });
+  return { proxy, client, store };
+}
 
 /** Counts what reaches a client socket's write layer (Node's stream API, not our code). */
 function countSocketWrites(client: Redis): { readonly writes: number } {
