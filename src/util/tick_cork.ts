@@ -11,8 +11,9 @@ export interface CorkableClient {
  * Holds a single-node client's socket corked until the current tick ends, so the commands sent
  * in it — ours and whatever else shares the connection, in their order — leave in one `writev`
  * instead of one write syscall each (on loopback, the costliest step of a small command). A
- * socket someone already holds corked is left alone: its holder uncorks it no later than this
- * would. A cluster, or a client not connected, is not corked (its commands queue in ioredis).
+ * socket someone already holds corked is left alone (not corked twice): its holder uncorks it
+ * within the same turn of the event loop (`RedisCacheStore` batching a turn's GETs, at its end).
+ * A cluster, or a client not connected, is not corked (its commands queue in ioredis).
  */
 export function corkForTick(client: CorkableClient): void {
   if (client.isCluster === true || client.status !== 'ready') return;
