@@ -16,8 +16,6 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
   type CachedExecutor,
-  createExecutor,
-  createQueueExecutor,
   type Executor,
   migrateQueue,
   RedisCacheStore,
@@ -31,8 +29,13 @@ import {
 } from './execution_report.js';
 import { deleteKeys } from './fixtures.js';
 import { benchPostgres } from './postgres_fixture.js';
-import { bareRoundTrips, startQueueWorker, stopQueueWorker } from './queue_floor.js';
-import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
+import {
+  bareRoundTrips,
+  benchQueueExecutor,
+  startQueueWorker,
+  stopQueueWorker,
+} from './queue_floor.js';
+import { QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const tag = randomBytes(4).toString('hex');
@@ -97,15 +100,8 @@ const store = () => {
   return s;
 };
 const seal = { secretKey: QUEUE_BENCH_SECRET };
-const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
+const { local, queue } = await benchQueueExecutor(redis, QUEUE_PREFIX);
 const inProcess = withResultCache(local, { store: store(), seal });
-const queue = createQueueExecutor({
-  executor: local,
-  redis,
-  secretKey: QUEUE_BENCH_SECRET,
-  prefix: QUEUE_PREFIX,
-});
-await queue.ready();
 const queued = withResultCache(queue, { store: store(), seal });
 // The floor: bare BullMQ round trips on the same Redis, through the same worker process.
 const bare = await bareRoundTrips(redis, QUEUE_PREFIX);

@@ -18,17 +18,16 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import {
-  createExecutor,
-  createQueueExecutor,
-  migrateQueue,
-  RedisCacheStore,
-  withResultCache,
-} from '../src/index.js';
+import { migrateQueue, RedisCacheStore, withResultCache } from '../src/index.js';
 import { deleteKeys } from './fixtures.js';
 import { benchPostgres } from './postgres_fixture.js';
-import { bareRoundTrips, startQueueWorker, stopQueueWorker } from './queue_floor.js';
-import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
+import {
+  bareRoundTrips,
+  benchQueueExecutor,
+  startQueueWorker,
+  stopQueueWorker,
+} from './queue_floor.js';
+import { QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const CALLERS = 32;
@@ -87,14 +86,7 @@ const worker = await startQueueWorker(
 
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
 redis.on('error', () => {});
-const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
-const queue = createQueueExecutor({
-  executor: local,
-  redis,
-  secretKey: QUEUE_BENCH_SECRET,
-  prefix: QUEUE_PREFIX,
-});
-await queue.ready();
+const { local, queue } = await benchQueueExecutor(redis, QUEUE_PREFIX);
 const store = new RedisCacheStore({ redis: REDIS_URL, prefix: CACHE_PREFIX, commandTimeout: 5000 });
 const queued = withResultCache(queue, { store, seal: { secretKey: QUEUE_BENCH_SECRET } });
 let misses = 0;

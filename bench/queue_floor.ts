@@ -8,6 +8,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Queue, QueueEvents } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { createExecutor, createQueueExecutor } from '../src/index.js';
+import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const WORKER = fileURLToPath(new URL('./queue_worker_process.ts', import.meta.url));
 
@@ -91,4 +93,20 @@ export async function bareRoundTrips(redis: Redis, prefix: string): Promise<Bare
       for (const connection of connections) connection.disconnect();
     },
   };
+}
+
+/**
+ * The enqueuing side every queue bench measures: the in-process executor of the bench runnables
+ * and a queue executor over it on `redis` under `prefix`, ready (its first misses know the fleet).
+ */
+export async function benchQueueExecutor(redis: Redis, prefix: string) {
+  const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
+  const queue = createQueueExecutor({
+    executor: local,
+    redis,
+    secretKey: QUEUE_BENCH_SECRET,
+    prefix,
+  });
+  await queue.ready();
+  return { local, queue };
 }
