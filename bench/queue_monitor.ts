@@ -11,13 +11,13 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
   createExecutor,
-  createQueueExecutor,
   createQueueWorker,
   RedisCacheStore,
   SharedJobTokens,
   withResultCache,
 } from '../src/index.js';
 import { bareBullmq, privateRedis } from './private_redis.js';
+import { benchQueueExecutor } from './queue_floor.js';
 import { QUEUE_BENCH_RUNNABLES, QUEUE_BENCH_SECRET } from './queue_runnables.js';
 
 const MISSES = Number(process.argv[2] ?? '3');
@@ -105,15 +105,8 @@ try {
     closers.push(() => s.close());
     return s;
   };
-  const local = createExecutor({ runnables: QUEUE_BENCH_RUNNABLES });
-  const queue = createQueueExecutor({
-    executor: local,
-    redis,
-    secretKey: QUEUE_BENCH_SECRET,
-    prefix,
-  });
+  const { queue } = await benchQueueExecutor(redis, prefix);
   closers.push(() => queue.close());
-  await queue.ready();
   const queued = withResultCache(queue, { store: store(), seal });
   const worker = createQueueWorker({
     executor: withResultCache(
