@@ -230,6 +230,23 @@ export function recordViewerIdentity(origin: RunOrigin): ViewerIdentityOfRun {
   return { endUserEmail };
 }
 
+/**
+ * A job's perms: who it runs as, its viewer and role scope, both recorded from its origin (the
+ * scope never wider than a parent's or the credential's). Every job builder goes through here, so
+ * no path can leave out the scope a job-token origin inherits.
+ */
+export function jobPerms(
+  runAs: string,
+  origin: RunOrigin,
+  credentialScope?: readonly number[],
+): JobPerms {
+  const viewer = recordViewerIdentity(origin);
+  const roleScope = recordRoleScope(origin, credentialScope);
+  return roleScope === undefined
+    ? { email: runAs, ...viewer }
+    : { email: runAs, ...viewer, roleScope };
+}
+
 /** A signed-in identity must be a non-empty string: an empty email is not "no viewer". */
 function requireEmail(email: unknown): string {
   if (typeof email !== 'string' || email.length === 0) {

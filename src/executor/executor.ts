@@ -25,12 +25,10 @@ import {
 import {
   type Job,
   type JobExecutor,
-  type JobPerms,
+  jobPerms,
   newJob,
   type RunOptions,
   type RunOrigin,
-  recordRoleScope,
-  recordViewerIdentity,
 } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
@@ -233,7 +231,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         found.path,
         found.hash,
         request.args ?? {},
-        permsOf(request.runAs, request.origin, request.roleScope),
+        jobPerms(request.runAs, request.origin, request.roleScope),
         request.cacheTtlS ?? found.definition.cacheTtlS,
       );
     },
@@ -281,7 +279,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
               args,
               // The child runs as the parent's runner, for the parent's viewer, within the
               // parent's role scope (job-token origin).
-              permsOf(job.perms.email, { kind: 'job-token', parent: { perms: job.perms } }),
+              jobPerms(job.perms.email, { kind: 'job-token', parent: { perms: job.perms } }),
               cacheTtlS ?? child.definition.cacheTtlS,
             );
           },
@@ -343,16 +341,6 @@ function jsonResult(job: Job, value: unknown): ComputedResult {
     );
   }
   return result;
-}
-
-/** A job's perms: who it runs as, its viewer and role scope, both recorded from its origin. */
-function permsOf(runAs: string, origin: RunOrigin, credentialScope?: readonly number[]): JobPerms {
-  // The viewer (and an embed viewer) from the origin alone; the scope never wider than the parent's.
-  const viewer = recordViewerIdentity(origin);
-  const roleScope = recordRoleScope(origin, credentialScope);
-  return roleScope === undefined
-    ? { email: runAs, ...viewer }
-    : { email: runAs, ...viewer, roleScope };
 }
 
 interface RunDeps {

@@ -6,13 +6,7 @@ import type { DatatableConnector } from '../connector/datatable_connector.js';
 import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type Duration, resolveDuration } from '../duration.js';
 import { createExecutor, type Executor, type RunContext } from '../executor/executor.js';
-import {
-  type Job,
-  type JobExecutor,
-  newJob,
-  type RunOrigin,
-  recordViewerIdentity,
-} from '../job.js';
+import { type Job, type JobExecutor, jobPerms, newJob, type RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { MemoryCacheStore } from '../stores/memory_store.js';
@@ -199,12 +193,23 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
     return undefined;
   };
 
+  /**
+   * Each function's registered version, read once: a run of a known function builds its job
+   * directly (no request object, no registry lookup per run); an unknown path or an invalid
+   * `runAs` goes through the executor's `createJob`, which refuses it with its own error.
+   */
+  const versions = new Map<string, string>();
+  if (inner !== null) {
+    for (const path of Object.keys(functions!)) versions.set(path, inner.runnable(path)!.hash);
+  }
+
   const jobOf = (run: ViewerRun): Job => {
     const cacheTtlS = ttlOf(run);
     const ws = run.workspace ?? workspace;
     const email = run.runAs ?? runAs;
-    if (inner !== null) {
-      return inner.createJob({
+    const version = inner === null ? (run.version ?? '1') : versions.get(run.path);
+    if (version === undefined || typeof email !== 'string' || email.length === 0) {
+      return inner!.createJob({
         workspace: ws,
         path: run.path,
         args: run.args ?? {},
@@ -213,13 +218,14 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
         ...(cacheTtlS === undefined ? {} : { cacheTtlS }),
       });
     }
+    // jobPerms, as the executor's createJob: a child's origin passes its parent's role scope on.
     return newJob(
       randomUUID(),
       ws,
       run.path,
-      run.version ?? '1',
+      version,
       run.args ?? {},
-      { email, ...recordViewerIdentity(run.origin) },
+      jobPerms(email, run.origin),
       cacheTtlS,
     );
   };

@@ -66,6 +66,33 @@ describe('createViewerCache', () => {
     await cache.close();
   });
 
+  it('a child run (job-token origin) keeps its parent’s role scope, with your executor or functions', async () => {
+    const parent = {
+      perms: { email: 'app', endUserEmail: 'a@x.test', roleScope: Object.freeze([7]) },
+    } as unknown as Job;
+    const origin = { kind: 'job-token', parent } as const;
+    const seen: Job[] = [];
+    const withExecutor = createViewerCache({
+      ttl: '60s',
+      executor: async (job: Job) => {
+        seen.push(job);
+        return 1;
+      },
+    });
+    await withExecutor.run({ path: 'f/child', origin });
+    const withFunctions = createViewerCache({
+      ttl: '60s',
+      functions: { 'f/child': async (_args, ctx) => ctx.viewer },
+    });
+    await withFunctions.run({ path: 'f/child', origin });
+    // The scope is in the key: the same viewer unscoped must not be handed the scoped entry.
+    const unscoped = await withFunctions.run({ path: 'f/child', origin: as('a@x.test') });
+    // Without the scope the child would run with every role of its viewer: wider than its parent.
+    expect(seen[0]?.perms).toEqual({ email: 'app', endUserEmail: 'a@x.test', roleScope: [7] });
+    expect(unscoped.fromCache).toBe(false);
+    await withExecutor.close();
+    await withFunctions.close();
+  });
   it('a run without a TTL is counted and warned once per path, never silently uncached', async () => {
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
     let calls = 0;
