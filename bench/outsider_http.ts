@@ -46,7 +46,10 @@ const BASELINE = arg('baseline', '');
 const JSON_OUT = process.argv.includes('--json');
 
 interface Ready {
-  readonly targets: Record<'floor' | 'cached' | 'redisOnly' | 'accessRecord', string> &
+  readonly targets: Record<
+    'floor' | 'sealedFloor' | 'cached' | 'redisOnly' | 'accessRecord',
+    string
+  > &
     Partial<Record<'cachedBaseline' | 'redisOnlyBaseline', string>>;
   readonly token: string;
   readonly tokenRedisOnly: string;
@@ -155,6 +158,7 @@ const median = (xs: number[]) => {
 const { child, ready } = await startServer();
 const subjects = [
   { id: 'floor', url: ready.targets.floor, token: ready.token },
+  { id: 'sealedFloor', url: ready.targets.sealedFloor, token: ready.token },
   { id: 'cached', url: ready.targets.cached, token: ready.token },
   { id: 'redisOnly', url: ready.targets.redisOnly, token: ready.tokenRedisOnly },
   { id: 'accessRecord', url: ready.targets.accessRecord, token: ready.tokenAccessRecord },
@@ -169,7 +173,7 @@ const subjects = [
 const wanted = new Set(
   arg(
     'targets',
-    `floor,cached,redisOnly,accessRecord${BASELINE ? ',cachedBaseline,redisOnlyBaseline' : ''}`,
+    `floor,sealedFloor,cached,redisOnly,accessRecord${BASELINE ? ',cachedBaseline,redisOnlyBaseline' : ''}`,
   ).split(','),
 );
 // Every ratio is to the floor of the same round (leave it out only to profile a route alone).
@@ -216,15 +220,16 @@ const kept = rounds.filter((r) => r.kept);
 const used = kept.length > 0 ? kept : rounds;
 const rows = cells.map((c) => {
   const key = `${c.id}@${c.conns}`;
-  const floorKey = `floor@${c.conns}`;
   const get = (pick: (s: Sample) => number, k = key) => used.map((r) => pick(r.samples.get(k)!));
   const rps = get((s) => s.reqPerS);
   const p50 = get((s) => s.p50Ms);
-  const ratio = (pick: (s: Sample) => number) =>
+  const ratio = (pick: (s: Sample) => number, floorId = 'floor') =>
     used.map((r) => {
-      const floor = r.samples.get(floorKey);
+      const floor = r.samples.get(`${floorId}@${c.conns}`);
       return floor === undefined ? Number.NaN : pick(r.samples.get(key)!) / pick(floor);
     });
+  // Sealed subjects (Redis only opens a sealed entry per hit) also against the sealed floor.
+  const sealed = c.id === 'redisOnly' || c.id === 'redisOnlyBaseline';
   const rpsRatio = ratio((s) => s.reqPerS);
   const cpu = get((s) => s.cpuUsPerReq);
   const cpuRatio = ratio((s) => s.cpuUsPerReq);
@@ -240,6 +245,12 @@ const rows = cells.map((c) => {
     cpuVsFloor: median(cpuRatio),
     writesPerReq: median(writes),
     p50VsFloor: median(p50Ratio),
+    ...(sealed
+      ? {
+          reqPerSVsSealedFloor: median(ratio((s) => s.reqPerS, 'sealedFloor')),
+          p50VsSealedFloor: median(ratio((s) => s.p50Ms, 'sealedFloor')),
+        }
+      : {}),
   };
 });
 const summary: OutsiderHttp = {

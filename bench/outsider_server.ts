@@ -3,11 +3,19 @@
  * hand): the reference server with its defaults (two tiers, sealed, access line on), the same
  * with Redis only (`VIEWER_CACHE_MEMORY_TIER_BYTES=0`), the default with the access record on
  * (`VIEWER_CACHE_ACCESS_RECORD=on`), and the floor — a minimal Fastify route
- * that checks the bearer token and does one Redis `GET` of the same response bytes. Prints one
+ * that checks the bearer token and does one Redis `GET` of the same response bytes — and the
+ * sealed floor route, which does what a sealed entry cannot be served without (SPEC's sealed
+ * floor: HMAC of the key text, one `GET` of the sealed bytes, the AES-256-GCM open). Prints one
  * JSON line `{ targets, token, body, path }` when ready; stops on SIGTERM (so `--cpu-prof`
  * writes its profile).
  */
-import { timingSafeEqual } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  randomBytes,
+  timingSafeEqual,
+} from 'node:crypto';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import Fastify from 'fastify';
@@ -78,12 +86,50 @@ floor.post('/floor', async (request, reply) => {
   const found = await redis.getBuffer(floorKey);
   return reply.header('content-type', 'application/json; charset=utf-8').send(found);
 });
+
+// The sealed floor: Redis only serves sealed entries (the server's default for a shared store),
+// so its like-for-like floor opens one. The key text is built once (as sealed_floor.ts does);
+// its keyed name (HMAC) and the open are paid per request.
+const nameKey = randomBytes(32);
+const sealKey = randomBytes(32);
+const keyText = JSON.stringify([1, 'demo', 'f/orders/list', 'v1', 'alice@example.com', null, {}]);
+const sealedName = (text: string) =>
+  `${redisPrefix}sealed/${createHmac('sha256', nameKey).update(text).digest('hex')}`;
+const SEAL_HEADER = 24;
+const SEAL_TAG = 16;
+{
+  const entry = Buffer.alloc(SEAL_HEADER + bytes.byteLength + SEAL_TAG);
+  entry.write('VC', 0, 'latin1');
+  entry.writeDoubleBE(Date.now() + 3_600_000, 4);
+  randomBytes(12).copy(entry, 12);
+  const cipher = createCipheriv('aes-256-gcm', sealKey, entry.subarray(12, SEAL_HEADER));
+  cipher.setAAD(entry.subarray(0, SEAL_HEADER));
+  cipher.update(bytes).copy(entry, SEAL_HEADER);
+  cipher.final();
+  cipher.getAuthTag().copy(entry, entry.byteLength - SEAL_TAG);
+  await redis.set(sealedName(keyText), entry, 'EX', 3600);
+}
+floor.post('/sealed-floor', async (request, reply) => {
+  const given = Buffer.from(request.headers.authorization ?? '');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected))
+    return reply.status(401).send({ error: 'unauthenticated' });
+  const entry = await redis.getBuffer(sealedName(keyText));
+  if (entry === null) return reply.status(500).send({ error: 'sealed floor entry missing' });
+  const tagAt = entry.byteLength - SEAL_TAG;
+  const decipher = createDecipheriv('aes-256-gcm', sealKey, entry.subarray(12, SEAL_HEADER));
+  decipher.setAAD(entry.subarray(0, SEAL_HEADER));
+  decipher.setAuthTag(entry.subarray(tagAt));
+  const payload = decipher.update(entry.subarray(SEAL_HEADER, tagAt));
+  decipher.final();
+  return reply.header('content-type', 'application/json; charset=utf-8').send(payload);
+});
 const floorUrl = await floor.listen({ host: '127.0.0.1', port: 0 });
 
 process.stdout.write(
   `${JSON.stringify({
     targets: {
       floor: `${floorUrl}/floor`,
+      sealedFloor: `${floorUrl}/sealed-floor`,
       cached: new URL(APP_RUN, twoTiers.server.url).toString(),
       redisOnly: new URL(APP_RUN, redisOnly.server.url).toString(),
       accessRecord: new URL(APP_RUN, recorded.server.url).toString(),
@@ -104,7 +150,7 @@ process.stdout.write(
 process.once('SIGTERM', () => {
   void (async () => {
     await floor.close();
-    await redis.del(floorKey);
+    await redis.del(floorKey, sealedName(keyText));
     redis.disconnect();
     await baseline?.cached.server.close();
     await baseline?.onlyRedis.server.close();
