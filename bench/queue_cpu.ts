@@ -11,7 +11,7 @@
  * that pays it, and the worker's write syscalls per miss (`/proc/<pid>/io`). `VC_QUEUE_CPU_WORKER_ARGS`:
  * node flags for the worker (`--cpu-prof --cpu-prof-dir=…`). `VC_QUEUE_BENCH_SPIN_MS=0`: the
  * runnable does no work, leaving the queue's own cost per miss. A figure to read, not a target:
- * `queue_bench.ts` has the ratios.
+ * `queue_bench.ts` has the ratios. `--only queued|bare`: one kind of round alone.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -37,6 +37,8 @@ const arg = (name: string, fallback: number) => {
 };
 const ROUNDS = arg('rounds', 3);
 const MISSES = arg('misses', 2000);
+/** `--only queued` or `--only bare`: one kind of round alone (a worker profile of one side). */
+const ONLY = process.argv[process.argv.indexOf('--only') + 1];
 
 /** CPU time (user + system) of a process so far, in ms (`/proc` counts in 1/100 s). */
 function cpuMs(pid: number): number {
@@ -137,8 +139,8 @@ try {
       '| --- | ---: | ---: | ---: | ---: | ---: |\n',
   );
   for (let r = 1; r <= ROUNDS; r++) {
-    await round(`queued misses, ${r}`, miss);
-    await round(`bare BullMQ + the same work, ${r}`, bareTrip);
+    if (ONLY !== 'bare') await round(`queued misses, ${r}`, miss);
+    if (ONLY !== 'queued') await round(`bare BullMQ + the same work, ${r}`, bareTrip);
   }
 } finally {
   await stopQueueWorker(worker);
