@@ -5,6 +5,7 @@ import type { RawSealOptions } from '../cache/result_cache_options.js';
 import type { DatatableConnector } from '../connector/datatable_connector.js';
 import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type Duration, resolveDuration } from '../duration.js';
+import { InvalidJobError } from '../errors.js';
 import { createExecutor, type Executor, type RunContext } from '../executor/executor.js';
 import { type Job, type JobExecutor, jobPerms, newJob, type RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
@@ -195,8 +196,8 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
 
   /**
    * Each function's registered version, read once: a run of a known function builds its job
-   * directly (no request object, no registry lookup per run); an unknown path or an invalid
-   * `runAs` goes through the executor's `createJob`, which refuses it with its own error.
+   * directly (no request object, no registry lookup per run); an unknown path goes through the
+   * executor's `createJob`, which refuses it with its own error.
    */
   const versions = new Map<string, string>();
   if (inner !== null) {
@@ -207,8 +208,12 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
     const cacheTtlS = ttlOf(run);
     const ws = run.workspace ?? workspace;
     const email = run.runAs ?? runAs;
+    if (typeof email !== 'string' || email.length === 0) {
+      // As the executor's createJob says it, for either branch (the executor one did not check).
+      throw new InvalidJobError('runAs must be the email the job runs as');
+    }
     const version = inner === null ? (run.version ?? '1') : versions.get(run.path);
-    if (version === undefined || typeof email !== 'string' || email.length === 0) {
+    if (version === undefined) {
       return inner!.createJob({
         workspace: ws,
         path: run.path,
@@ -231,7 +236,16 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
   };
 
   return {
-    run: (run) => cached.run(jobOf(run)),
+    run: (run) => {
+      // A run that cannot be made into a job is a rejection, as every other failure of run().
+      let job: Job;
+      try {
+        job = jobOf(run);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+      return cached.run(job);
+    },
     get untimedRuns() {
       return untimedRuns;
     },

@@ -134,6 +134,19 @@ describe('createViewerCache', () => {
     );
   });
 
+  it('a run it cannot build a job for is a rejection (coded), never a synchronous throw', async () => {
+    const withFunctions = createViewerCache({ functions: { 'f/a': () => 1 }, ttl: '60s' });
+    const unknown = withFunctions.run({ path: 'f/nope', origin: as('a@x.test') });
+    await expect(unknown).rejects.toMatchObject({ code: 'E_UNKNOWN_RUNNABLE' });
+    const withExecutor = createViewerCache({ executor: async () => 1, ttl: '60s', runAs: '' });
+    const noRunAs = withExecutor.run({ path: 'f/a', origin: as('a@x.test') });
+    await expect(noRunAs).rejects.toMatchObject({ code: 'E_INVALID_JOB' });
+    const noOrigin = withExecutor.run({ path: 'f/a', origin: undefined as never });
+    await expect(noOrigin).rejects.toMatchObject({ code: 'E_INVALID_JOB' });
+    await withFunctions.close();
+    await withExecutor.close();
+  });
+
   it('refuses a bare number as ttl (seconds or milliseconds?), in the wrapper and in a run', async () => {
     expect(() => createViewerCache({ functions: { 'f/a': () => 1 }, ttl: 60 })).toThrow(
       /ttl must be a string with its unit/,
