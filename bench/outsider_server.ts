@@ -9,19 +9,14 @@
  * JSON line `{ targets, token, body, path }` when ready; stops on SIGTERM (so `--cpu-prof`
  * writes its profile).
  */
-import {
-  createCipheriv,
-  createDecipheriv,
-  createHmac,
-  randomBytes,
-  timingSafeEqual,
-} from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { APP_RUN, firstRun, LIST, startBenchServer } from './http_bench.js';
 import { benchPostgres } from './postgres_fixture.js';
+import { openFloorEntry, sealFloorEntry } from './sealed_floor.js';
 
 const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const prefix = `vcout${process.pid}_`;
@@ -95,32 +90,14 @@ const sealKey = randomBytes(32);
 const keyText = JSON.stringify([1, 'demo', 'f/orders/list', 'v1', 'alice@example.com', null, {}]);
 const sealedName = (text: string) =>
   `${redisPrefix}sealed/${createHmac('sha256', nameKey).update(text).digest('hex')}`;
-const SEAL_HEADER = 24;
-const SEAL_TAG = 16;
-{
-  const entry = Buffer.alloc(SEAL_HEADER + bytes.byteLength + SEAL_TAG);
-  entry.write('VC', 0, 'latin1');
-  entry.writeDoubleBE(Date.now() + 3_600_000, 4);
-  randomBytes(12).copy(entry, 12);
-  const cipher = createCipheriv('aes-256-gcm', sealKey, entry.subarray(12, SEAL_HEADER));
-  cipher.setAAD(entry.subarray(0, SEAL_HEADER));
-  cipher.update(bytes).copy(entry, SEAL_HEADER);
-  cipher.final();
-  cipher.getAuthTag().copy(entry, entry.byteLength - SEAL_TAG);
-  await redis.set(sealedName(keyText), entry, 'EX', 3600);
-}
+await redis.set(sealedName(keyText), sealFloorEntry(sealKey, bytes, 3_600_000), 'EX', 3600);
 floor.post('/sealed-floor', async (request, reply) => {
   const given = Buffer.from(request.headers.authorization ?? '');
   if (given.length !== expected.length || !timingSafeEqual(given, expected))
     return reply.status(401).send({ error: 'unauthenticated' });
   const entry = await redis.getBuffer(sealedName(keyText));
   if (entry === null) return reply.status(500).send({ error: 'sealed floor entry missing' });
-  const tagAt = entry.byteLength - SEAL_TAG;
-  const decipher = createDecipheriv('aes-256-gcm', sealKey, entry.subarray(12, SEAL_HEADER));
-  decipher.setAAD(entry.subarray(0, SEAL_HEADER));
-  decipher.setAuthTag(entry.subarray(tagAt));
-  const payload = decipher.update(entry.subarray(SEAL_HEADER, tagAt));
-  decipher.final();
+  const payload = openFloorEntry(sealKey, entry);
   return reply.header('content-type', 'application/json; charset=utf-8').send(payload);
 });
 const floorUrl = await floor.listen({ host: '127.0.0.1', port: 0 });

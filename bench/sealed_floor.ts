@@ -26,16 +26,7 @@ export async function sealedFloor(fx: SizeFixture, redis: Redis): Promise<Scenar
     `${prefix}${fx.jobs[0]!.workspace}/cache/${createHmac('sha256', nameKey).update(text).digest('hex')}`;
   const pipeline = redis.pipeline();
   for (const text of texts) {
-    const entry = Buffer.alloc(HEADER + fx.json.byteLength + TAG);
-    entry.write('VC', 0, 'latin1');
-    entry.writeDoubleBE(Date.now() + TTL_S * 1000, 4);
-    randomBytes(12).copy(entry, 12);
-    const cipher = createCipheriv('aes-256-gcm', sealKey, entry.subarray(12, HEADER));
-    cipher.setAAD(entry.subarray(0, HEADER));
-    cipher.update(fx.json).copy(entry, HEADER);
-    cipher.final();
-    cipher.getAuthTag().copy(entry, entry.byteLength - TAG);
-    pipeline.set(name(text), entry, 'EX', TTL_S);
+    pipeline.set(name(text), sealFloorEntry(sealKey, fx.json, TTL_S * 1000), 'EX', TTL_S);
   }
   await pipeline.exec();
   const n = texts.length;
@@ -50,16 +41,39 @@ export async function sealedFloor(fx: SizeFixture, redis: Redis): Promise<Scenar
         op: async (i: number) => {
           const entry = await redis.getBuffer(name(texts[i % n]!));
           if (entry === null) throw new BenchInvariantError('sealed_floor: entry missing');
-          const tagAt = entry.byteLength - TAG;
-          const decipher = createDecipheriv('aes-256-gcm', sealKey, entry.subarray(12, HEADER));
-          decipher.setAAD(entry.subarray(0, HEADER));
-          decipher.setAuthTag(entry.subarray(tagAt));
-          const payload = decipher.update(entry.subarray(HEADER, tagAt));
-          decipher.final();
+          const payload = openFloorEntry(sealKey, entry);
           if (payload.byteLength !== bytes) throw new BenchInvariantError('sealed_floor: size');
         },
       },
     ],
     close: async () => {},
   };
+}
+
+/**
+ * A sealed floor entry: a 24-byte clear header (magic, expiry, nonce) as associated data, the
+ * payload under AES-256-GCM, its 16-byte tag. What the floors open; not the library's format.
+ */
+export function sealFloorEntry(sealKey: Buffer, payload: Uint8Array, ttlMs: number): Buffer {
+  const entry = Buffer.alloc(HEADER + payload.byteLength + TAG);
+  entry.write('VC', 0, 'latin1');
+  entry.writeDoubleBE(Date.now() + ttlMs, 4);
+  randomBytes(12).copy(entry, 12);
+  const cipher = createCipheriv('aes-256-gcm', sealKey, entry.subarray(12, HEADER));
+  cipher.setAAD(entry.subarray(0, HEADER));
+  cipher.update(payload).copy(entry, HEADER);
+  cipher.final();
+  cipher.getAuthTag().copy(entry, entry.byteLength - TAG);
+  return entry;
+}
+
+/** The payload of a {@link sealFloorEntry}: the open a sealed hit cannot do without. */
+export function openFloorEntry(sealKey: Buffer, entry: Buffer): Buffer {
+  const tagAt = entry.byteLength - TAG;
+  const decipher = createDecipheriv('aes-256-gcm', sealKey, entry.subarray(12, HEADER));
+  decipher.setAAD(entry.subarray(0, HEADER));
+  decipher.setAuthTag(entry.subarray(tagAt));
+  const payload = decipher.update(entry.subarray(HEADER, tagAt));
+  decipher.final();
+  return payload;
 }
