@@ -120,8 +120,9 @@ route with nothing else started.
   \`bento_tiered_l2_hit\`).
 - \`value_hit.ts\` — a hit that returns the parsed *value* (1 KiB), through
   \`createViewerCache(...).run\` and through \`withResultCache\` handed the same jobs as the peer,
-  against \`Map.get\` + the same \`JSON.parse\` (the floor, ≤ 1.3×) and BentoCache
-  \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64; \`value_hit_shared\`
+  against \`Map.get\` + the same \`JSON.parse\` (the bare floor), the same with the key derived
+  per hit by \`cachedResultPath\` (the keyed floor, ≤ 1.3×: a viewer-keyed hit cannot skip its
+  key) and BentoCache \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64; \`value_hit_shared\`
   is the same hit with \`values: 'shared'\` (one frozen value per entry, no parse per hit).
   Alone: \`npx tsx bench/value_hit.ts\`.
 - \`hit_ab.ts\` — not part of \`npm run bench\`: the library's hits (value, Redis, sealed
@@ -167,8 +168,10 @@ route with nothing else started.
   beside a bare BullMQ round trip and a miss in process (see docs/queue.md, "What it costs").
 - \`outsider_http.ts\` — the HTTP hit as someone else's harness measures it: the servers in a
   process of their own (\`outsider_server.ts\`), **autocannon** in another, against the floor
-  (Fastify with a bearer check and one Redis \`GET\` of the same bytes), the cached app request
-  with two tiers and with Redis only, at 16 and 64 connections, every cell once per round in a
+  (Fastify with a bearer check and one Redis \`GET\` of the same bytes) and the sealed floor (the
+  same route plus an HMAC of the key text and the AES-256-GCM open of a sealed entry, what Redis
+  only, serving sealed entries, is also read against), the cached app request with two tiers
+  and with Redis only, at 16 and 64 connections, every cell once per round in a
   rotated order. A round is **kept only when the machine's other processes used ≤ 15 % of its
   CPU** (\`/proc/stat\` less this process's and the server's \`/proc/<pid>/stat\`); the table
   says how many were dropped, and marks figures from a run where all were. Medians with ranges,
