@@ -4,8 +4,10 @@
  * REDIS_URL as elsewhere).
  *
  * The servers run in a process of their own (`outsider_server.ts`); the load comes from
- * autocannon in this one. Every target (the floor, the cached app request with two tiers, the
- * same with Redis only, the default with the access record on) at every connection count runs
+ * autocannon in this one. Every target (the floor, the sealed floor — the floor route plus the
+ * HMAC and AES-256-GCM open a sealed entry needs, which Redis only is also read against — the
+ * cached app request with two tiers, the same with Redis only, the default with the access record
+ * on) at every connection count runs
  * once per round, the order rotated each round, and a round is kept only when the machine's
  * *other* processes used at most `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
  * process's own /proc/<pid>/stat): on a shared machine a neighbour's burst otherwise lands on
