@@ -38,7 +38,11 @@ const arg = (name: string, fallback: number) => {
 const ROUNDS = arg('rounds', 3);
 const MISSES = arg('misses', 2000);
 /** `--only queued` or `--only bare`: one kind of round alone (a worker profile of one side). */
-const ONLY = process.argv[process.argv.indexOf('--only') + 1];
+const ONLY = process.argv.includes('--only')
+  ? process.argv[process.argv.indexOf('--only') + 1]
+  : undefined;
+if (ONLY !== undefined && ONLY !== 'queued' && ONLY !== 'bare')
+  throw new Error(`--only takes queued or bare (got ${JSON.stringify(ONLY)})`);
 
 /** CPU time (user + system) of a process so far, in ms (`/proc` counts in 1/100 s). */
 function cpuMs(pid: number): number {

@@ -93,6 +93,7 @@ describe('createViewerCache', () => {
     await withExecutor.close();
     await withFunctions.close();
   });
+
   it('a run without a TTL is counted and warned once per path, never silently uncached', async () => {
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
     let calls = 0;
