@@ -51,13 +51,21 @@ export class ComputedResult implements JobResult {
 /** A result read back from the cache: the bytes are authoritative, the value is parsed lazily. */
 export class StoredResult implements JobResult {
   readonly fromCache = true;
+  readonly #job: { readonly id: string };
   #value: unknown;
   #parsed = false;
 
+  /** `job`: whose hit this is; its id is read when `jobId` is (a job may draw it only then). */
   constructor(
-    readonly jobId: string,
+    job: { readonly id: string },
     readonly bytes: Uint8Array,
-  ) {}
+  ) {
+    this.#job = job;
+  }
+
+  get jobId(): string {
+    return this.#job.id;
+  }
 
   get value(): unknown {
     if (!this.#parsed) {
@@ -97,8 +105,13 @@ export class SharedStoredResult extends StoredResult {
   readonly #entry: object;
   readonly #values: SharedValues;
 
-  constructor(jobId: string, bytes: Uint8Array, entry: object, values: SharedValues) {
-    super(jobId, bytes);
+  constructor(
+    job: { readonly id: string },
+    bytes: Uint8Array,
+    entry: object,
+    values: SharedValues,
+  ) {
+    super(job, bytes);
     this.#entry = entry;
     this.#values = values;
   }

@@ -275,8 +275,8 @@ class ResultCache implements CachedExecutor {
   /** A hit's result from the entry object process memory holds (`entry`), `payload` its JSON. */
   #fromMemory(run: CacheRun, payload: Uint8Array, entry: object): StoredResult {
     return this.#values === null
-      ? new StoredResult(run.job.id, payload)
-      : new SharedStoredResult(run.job.id, payload, entry, this.#values);
+      ? new StoredResult(run.job, payload)
+      : new SharedStoredResult(run.job, payload, entry, this.#values);
   }
 
   /** A verified entry is a hit; anything else (absent, corrupt, foreign, expired) is a miss. */
@@ -300,7 +300,7 @@ class ResultCache implements CachedExecutor {
           );
         }
         this.#report.hit(run.job);
-        return new StoredResult(run.job.id, payload);
+        return new StoredResult(run.job, payload);
       }
       this.#report.rejected(run.job, payload);
     }

@@ -7,7 +7,14 @@ import type { FingerprintFn } from '../connector/fingerprint.js';
 import { type Duration, resolveDuration } from '../duration.js';
 import { InvalidJobError } from '../errors.js';
 import { createExecutor, type Executor, type RunContext } from '../executor/executor.js';
-import { type Job, type JobExecutor, jobPerms, newJob, type RunOrigin } from '../job.js';
+import {
+  type Job,
+  type JobExecutor,
+  jobPerms,
+  newFreshJob,
+  newJob,
+  type RunOrigin,
+} from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { MemoryCacheStore } from '../stores/memory_store.js';
@@ -224,15 +231,14 @@ export function createViewerCache(options: RawViewerCacheOptions): ViewerCache {
       });
     }
     // jobPerms, as the executor's createJob: a child's origin passes its parent's role scope on.
-    return newJob(
-      randomUUID(),
-      ws,
-      run.path,
-      version,
-      run.args ?? {},
-      jobPerms(email, run.origin),
-      cacheTtlS,
-    );
+    const perms = jobPerms(email, run.origin);
+    const args = run.args ?? {};
+    // An adopter's executor may spread, serialise or clone the job it is handed, so its id is an
+    // own field. Our own executor reads the fields by name: there the id is drawn when first
+    // read, and a hit whose caller never reads `jobId` draws none.
+    return inner === null
+      ? newJob(randomUUID(), ws, run.path, version, args, perms, cacheTtlS)
+      : newFreshJob(ws, run.path, version, args, perms, cacheTtlS);
   };
 
   return {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { InvalidJobError } from '../../src/errors.js';
 import type { JobPerms, RunOrigin } from '../../src/index.js';
 import {
   cachedResultPath,
@@ -10,6 +11,7 @@ import {
   recordViewer,
   withResultCache,
 } from '../../src/index.js';
+import { jobPerms, recordViewerIdentity } from '../../src/job.js';
 import { ComputedResult, StoredResult } from '../../src/job_result.js';
 
 const alice = 'alice@example.com';
@@ -298,6 +300,62 @@ describe('jobs built on the request path', () => {
   });
 });
 
+describe('the job createViewerCache builds for its own functions', () => {
+  const origin = { kind: 'app', session: { email: alice } } as const;
+
+  it('draws its id once: a hit reports one stable id of its own, a miss the id its function saw', async () => {
+    const seenIds: string[] = [];
+    const cache = createViewerCache({
+      ttl: '60s',
+      functions: {
+        'f/id': async (_args, ctx) => {
+          seenIds.push(ctx.jobId);
+          return 1;
+        },
+      },
+    });
+    const miss = await cache.run({ path: 'f/id', origin });
+    expect(miss.fromCache).toBe(false);
+    expect(miss.jobId).toBe(seenIds[0]);
+    const hits = [
+      await cache.run({ path: 'f/id', origin }),
+      await cache.run({ path: 'f/id', origin }),
+    ];
+    await cache.close();
+    const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+    for (const hit of hits) {
+      expect(hit.fromCache).toBe(true);
+      expect(hit.jobId).toMatch(uuid);
+      expect(hit.jobId).toBe(hit.jobId);
+    }
+    expect(new Set([miss.jobId, ...hits.map((hit) => hit.jobId)]).size).toBe(3);
+    expect(seenIds).toHaveLength(1);
+  });
+
+  it('records the same perms as every other job builder, key order included', () => {
+    const origins: RunOrigin[] = [
+      origin,
+      { kind: 'app', session: null },
+      { kind: 'run', caller: { email: alice } },
+      { kind: 'preview', caller: { email: alice } },
+      { kind: 'recipient', recipient: { email: alice } },
+    ];
+    for (const o of origins) {
+      const general = { email: publisher, ...recordViewerIdentity(o) };
+      expect(JSON.stringify(jobPerms(publisher, o))).toBe(JSON.stringify(general));
+    }
+    // Malformed origins still fail closed on the short path.
+    for (const bad of [
+      { kind: 'app' },
+      { kind: 'app', session: { email: '' } },
+      { kind: 'run', caller: {} },
+      { kind: 'recipient' },
+    ]) {
+      expect(() => jobPerms(publisher, bad as RunOrigin)).toThrow(InvalidJobError);
+    }
+  });
+});
+
 describe('results', () => {
   it('ComputedResult serialises once, and undefined as JSON null', () => {
     const result = new ComputedResult('j', { a: [1, 'é'] });
@@ -311,8 +369,9 @@ describe('results', () => {
   it('StoredResult hands back its bytes and parses them only when value is read', () => {
     const backing = Buffer.from('xx[1,{"b":2}]yy');
     const view = backing.subarray(2, backing.length - 2);
-    const result = new StoredResult('j', view);
+    const result = new StoredResult({ id: 'j' }, view);
     expect(result.fromCache).toBe(true);
+    expect(result.jobId).toBe('j');
     expect(result.json()).toBe(view);
     expect(result.value).toEqual([1, { b: 2 }]);
     expect(result.value).toBe(result.value);
