@@ -8,8 +8,10 @@
  * - the hit path: a hit through a queue-mode cache vs an in-process one (hits never enqueue).
  * The runnable spends about 1 ms of CPU and returns a small result; no data table is involved,
  * so what is measured is the queue's own cost. Misses and hits are measured interleaved (one in
- * process, one through the queue, …). `--quick`: 60 misses a side instead of 200
- * (`QUEUE_BENCH_N` overrides); `--json`: the rows as one JSON line (`npm run bench` runs it so).
+ * process, one through the queue, …); the 1-worker throughput rows in 3 interleaved rounds after
+ * an unmeasured one, as medians. `--quick`: 60 misses a side instead of 200 (`QUEUE_BENCH_N`
+ * overrides) and 400 per throughput round instead of 1,500 (`QUEUE_BENCH_THROUGHPUT_N`);
+ * `--json`: the rows as one JSON line (`npm run bench` runs it so).
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -45,6 +47,8 @@ const ORIGIN = { kind: 'app', session: { email: 'bench@example.com' } } as const
 
 /** Concurrent callers of the throughput rows. */
 const CALLERS = 32;
+/** Measured rounds of the throughput rows (after one unmeasured). */
+const THROUGHPUT_ROUNDS = 3;
 
 /** One call's wall time, ms. */
 async function timed(call: () => Promise<unknown>): Promise<number> {
@@ -162,15 +166,45 @@ try {
     );
   }
   progress('throughput… ');
-  const total = N * 2;
-  const inProc = await throughput(total, CALLERS, (i) => run(inProcess, local, { t0: i }));
-  const one = await throughput(total, CALLERS, (i) => run(queued, queue, { t1: i }));
-  // The floor's own rate: bare round trips through the same worker process.
-  const bareRate = await throughput(total, CALLERS, bareRoundTrip);
-  // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
-  const bareWorkRate = await throughput(total, CALLERS, () => bareTrip('work'));
+  // Each kind once unmeasured (the worker's code warms up under this load too), then
+  // THROUGHPUT_ROUNDS interleaved rounds of `total` misses each, reported as medians: one short
+  // pass per kind put whatever the machine did in that second on one side alone.
+  const total = Number(process.env['QUEUE_BENCH_THROUGHPUT_N'] ?? (quick ? 400 : 1500));
+  const rates = {
+    inProc: [] as number[],
+    one: [] as number[],
+    bare: [] as number[],
+    bareWork: [] as number[],
+  };
+  let seq = 0;
+  for (let round = 0; round <= THROUGHPUT_ROUNDS; round++) {
+    const n = round === 0 ? Math.ceil(total / 2) : total;
+    const measured = [
+      await throughput(n, CALLERS, () => run(inProcess, local, { t0: seq++ })),
+      await throughput(n, CALLERS, () => run(queued, queue, { t1: seq++ })),
+      // The floor's own rate: bare round trips through the same worker process.
+      await throughput(n, CALLERS, bareRoundTrip),
+      // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
+      await throughput(n, CALLERS, () => bareTrip('work')),
+    ];
+    if (round === 0) continue;
+    rates.inProc.push(measured[0]!);
+    rates.one.push(measured[1]!);
+    rates.bare.push(measured[2]!);
+    rates.bareWork.push(measured[3]!);
+  }
+  const median = (xs: number[]) =>
+    quantile(
+      [...xs].sort((a, b) => a - b),
+      0.5,
+    );
+  const inProc = median(rates.inProc);
+  const one = median(rates.one);
+  const bareRate = median(rates.bare);
+  const bareWorkRate = median(rates.bareWork);
   workers.push(await startWorker());
-  const two = await throughput(total, CALLERS, (i) => run(queued, queue, { t2: i }));
+  await throughput(Math.ceil(total / 2), CALLERS, () => run(queued, queue, { t2: seq++ }));
+  const two = await throughput(total, CALLERS, () => run(queued, queue, { t2: seq++ }));
   rows.push(
     executionRow(
       'queue_misses_1w',

@@ -340,6 +340,40 @@ describe('single flight across servers, scoped to the full key', () => {
   });
 });
 
+describe("a worker's slots", () => {
+  it('all of them run at once, taken by ⌈concurrency / 8⌉ BullMQ workers (at most 4)', async () => {
+    // A group of its own: the workers earlier tests started take none of these jobs.
+    const server = await deploy.server({ group: 'slots' });
+    const worker = await deploy.worker({ concurrency: 20, group: 'slots' });
+    const queue = new Queue(routedQueueName('jobs', WS, 'slots'), {
+      connection: deploy.redis.duplicate(),
+      prefix: deploy.prefix,
+    });
+    executions = 0;
+    gate = deferred<void>();
+    const tag = Date.now();
+    const runs = Array.from({ length: 20 }, (_, slot) =>
+      runFor(server.registry, 'report', app(ALICE), {
+        through: server.cached,
+        args: { slot, tag },
+      }),
+    );
+    try {
+      // Twenty distinct misses held at the gate: every slot of the twenty is taken.
+      await waitUntil('twenty jobs run at once', () => executions >= 20);
+      expect(worker.running).toBe(20);
+      // Split 7 + 7 + 6 between three BullMQ workers, each reading the queue.
+      expect(await queue.getWorkersCount()).toBe(3);
+    } finally {
+      gate.resolve();
+      // Settled before the next test, pass or fail: its outcomes are not theirs.
+      await Promise.allSettled(runs);
+      await queue.close();
+    }
+    for (const result of await Promise.all(runs)) expect(result.value).toEqual(ROWS['emea']);
+  });
+});
+
 describe('forged queue messages are refused', () => {
   const keys = new QueueKeys(SECRET_KEY);
   /** The queue of the orders workspace's jobs (the default group). */
