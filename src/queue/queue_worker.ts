@@ -52,7 +52,7 @@ export interface RawQueueWorkerOptions extends QueueTakerOptions {
   /**
    * Jobs run at once, per workspace served. Above 8 they are taken by up to 4 BullMQ workers on
    * that queue, each with its share of the slots and a blocking Redis connection of its own (see
-   * {@link takerSlots}). @default 1
+   * `takerSlots` in queue_worker.ts). @default 1
    */
   concurrency?: number;
   /**
