@@ -345,8 +345,11 @@ describe("a worker's slots", () => {
     // A group of its own: the workers earlier tests started take none of these jobs.
     const server = await deploy.server({ group: 'slots' });
     const worker = await deploy.worker({ concurrency: 20, group: 'slots' });
+    // BullMQ never closes a connection it is handed: this one is disconnected below.
+    const connection = deploy.redis.duplicate();
+    connection.on('error', () => {});
     const queue = new Queue(routedQueueName('jobs', WS, 'slots'), {
-      connection: deploy.redis.duplicate(),
+      connection,
       prefix: deploy.prefix,
     });
     executions = 0;
@@ -369,6 +372,7 @@ describe("a worker's slots", () => {
       // Settled before the next test, pass or fail: its outcomes are not theirs.
       await Promise.allSettled(runs);
       await queue.close();
+      connection.disconnect();
     }
     for (const result of await Promise.all(runs)) expect(result.value).toEqual(ROWS['emea']);
   });
