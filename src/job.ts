@@ -317,6 +317,14 @@ export interface RunOptions {
    * Not passed on to child runs.
    */
   readonly knownMiss?: boolean;
+  /**
+   * Hand the result back once its cache entry's write is sent, without waiting for the store to
+   * acknowledge it (a queue worker: its answer travels to Redis after the write, so the round
+   * trip it would wait for buys nothing). A write that fails is counted (`notStored`,
+   * `store-failed`) exactly as when awaited and never fails the run; the next lookup then
+   * misses. Not passed on to child runs.
+   */
+  readonly writeBehind?: boolean;
 }
 
 /** Anything that runs jobs: the platform's executor, or one wrapped in a cache. */

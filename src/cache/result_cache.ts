@@ -161,8 +161,9 @@ class ResultCache implements CachedExecutor {
       if (ttlMs === 0) return this.#bypass(job, 'no-ttl', passDown);
       // A miss the caller just had (a queue worker's job): no second read of the store.
       const known = options?.knownMiss === true;
+      const behind = options?.writeBehind === true;
       if (this.#fingerprint === null)
-        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown), known);
+        return this.#lookup(this.#runs.of(job, null, ttlMs, passDown), known, behind);
       let fingerprint: ReturnType<FingerprintFn>;
       try {
         fingerprint = this.#fingerprint(job);
@@ -172,12 +173,12 @@ class ResultCache implements CachedExecutor {
       // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
       if (!isThenable(fingerprint)) {
         this.#fingerprintAnswered();
-        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown), known);
+        return this.#lookup(this.#runs.of(job, fingerprint, ttlMs, passDown), known, behind);
       }
       return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
-          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown), known);
+          return this.#lookup(this.#runs.of(job, value, ttlMs, passDown), known, behind);
         },
         (err: unknown) => this.#fingerprintFailed(job, err, passDown),
       );
@@ -210,14 +211,15 @@ class ResultCache implements CachedExecutor {
   /**
    * Read before you lock: join a flight, or read the store, and only on a miss execute.
    * `knownMiss`: the caller missed this key a moment ago; the store is not read again.
+   * `behind`: a miss's result is handed back once its write is sent (`RunOptions.writeBehind`).
    */
-  #lookup(run: CacheRun, knownMiss = false): Promise<JobResult> {
+  #lookup(run: CacheRun, knownMiss: boolean, behind: boolean): Promise<JobResult> {
     // No lookup at all while nothing is in flight, the usual state on a warm cache.
     if (this.#flights.size > 0) {
       const pending = this.#flights.get(run.key);
       if (pending !== undefined) return this.#join(run, pending);
     }
-    if (knownMiss) return this.#miss(run);
+    if (knownMiss) return this.#miss(run, behind);
 
     // One clock reading for the whole lookup (the breaker, the memory tier, the envelope).
     const now = this.#now();
@@ -264,10 +266,10 @@ class ResultCache implements CachedExecutor {
       read = Promise.reject(err);
     }
     return read.then(
-      (entry) => this.#afterRead(run, entry),
+      (entry) => this.#afterRead(run, entry, behind),
       (err: unknown) => {
         this.#storeFailed('get', err);
-        return this.#miss(run);
+        return this.#miss(run, behind);
       },
     );
   }
@@ -280,7 +282,11 @@ class ResultCache implements CachedExecutor {
   }
 
   /** A verified entry is a hit; anything else (absent, corrupt, foreign, expired) is a miss. */
-  #afterRead(run: CacheRun, entry: Uint8Array | null): JobResult | Promise<JobResult> {
+  #afterRead(
+    run: CacheRun,
+    entry: Uint8Array | null,
+    behind: boolean,
+  ): JobResult | Promise<JobResult> {
     this.#breaker.answered();
     if (entry !== null) {
       const now = this.#now();
@@ -304,16 +310,16 @@ class ResultCache implements CachedExecutor {
       }
       this.#report.rejected(run.job, payload);
     }
-    return this.#miss(run);
+    return this.#miss(run, behind);
   }
 
   /** Counts the miss and executes, or joins the run another caller started meanwhile. */
-  #miss(run: CacheRun): Promise<JobResult> {
+  #miss(run: CacheRun, behind: boolean): Promise<JobResult> {
     // Another caller may have started the same run while we were reading.
     const started = this.#flights.get(run.key);
     if (started !== undefined) return this.#join(run, started);
     this.#report.miss(run.job);
-    return this.#flights.run(run.key, () => this.#execute(run, false));
+    return this.#flights.run(run.key, () => this.#execute(run, false, behind));
   }
 
   /** `cacheTtlS` in ms, capped; 0 when the job is not to be cached. */
@@ -361,7 +367,8 @@ class ResultCache implements CachedExecutor {
     return ComputedResult.withJson(job.id, shared.value, json);
   }
 
-  async #execute(run: CacheRun, skipStore: boolean): Promise<ComputedResult> {
+  /** `behind`: the writes are sent, not awaited (`RunOptions.writeBehind`); #write never throws. */
+  async #execute(run: CacheRun, skipStore: boolean, behind = false): Promise<ComputedResult> {
     const { job } = run;
     const tracking = skipStore ? undefined : this.#fingerprint?.track?.(job);
     let settled = false;
@@ -401,7 +408,8 @@ class ResultCache implements CachedExecutor {
         return computed;
       }
       if (this.#fingerprint === null) {
-        await this.#write(run, json);
+        const writing = this.#write(run, json);
+        if (!behind) await writing;
         return computed;
       }
       settled = true;
@@ -423,7 +431,9 @@ class ResultCache implements CachedExecutor {
           fingerprint === run.fingerprint
             ? run
             : this.#runs.of(job, fingerprint, run.ttlMs, run.passDown);
-        if (!(await this.#write(into, json, i === 0))) break;
+        const writing = this.#write(into, json, i === 0);
+        if (behind) continue;
+        if (!(await writing)) break;
       }
       return computed;
     } finally {

@@ -4,6 +4,7 @@ import pg from 'pg';
 import type { Datatables } from '../../src/datatable/datatables.js';
 import {
   type CachedExecutor,
+  type CacheStore,
   createExecutor,
   createQueueExecutor,
   createQueueWorker,
@@ -104,6 +105,8 @@ export class QueueDeployment {
       workspaces?: string[];
       group?: string;
       onFinished?: (outcome: QueueJobOutcome) => void;
+      /** Wraps the worker's store (a test holding its writes' acknowledgements). */
+      wrapStore?: (store: CacheStore) => CacheStore;
     } = {},
   ): Promise<QueueWorker> {
     const executor = createExecutor({
@@ -116,7 +119,7 @@ export class QueueDeployment {
       }),
     });
     const cached = withResultCache(executor, {
-      store: this.store(),
+      store: options.wrapStore?.(this.store()) ?? this.store(),
       // Tracked, as the worker command does (see src/server/start/worker.ts): the worker learns.
       fingerprint: this.datatables.fingerprint,
       seal: { secretKey: SECRET_KEY },

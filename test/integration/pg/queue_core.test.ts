@@ -378,6 +378,44 @@ describe("a worker's slots", () => {
   });
 });
 
+describe("a worker's answer does not wait for its entry's write", () => {
+  it('the server is answered while Redis has not acknowledged the write; the entry then serves', async () => {
+    const server = await deploy.server({ group: 'behind' });
+    // The worker's store holds each write's acknowledgement until released: Redis has the
+    // entry (the SET went out), the worker has not heard back.
+    const acks: (() => void)[] = [];
+    await deploy.worker({
+      group: 'behind',
+      wrapStore: (store) => ({
+        get: (key, tag) => store.get(key, tag),
+        set: async (key, value, ttlMs, tag) => {
+          await store.set(key, value, ttlMs, tag);
+          await new Promise<void>((resolve) => acks.push(resolve));
+        },
+        delete: (key) => store.delete(key),
+      }),
+    });
+    const before = deploy.outcomes.length;
+    const args = { behind: Date.now() };
+    try {
+      const first = await runFor(server.registry, 'report', app(BOB), {
+        through: server.cached,
+        args,
+      });
+      expect(first.value).toEqual(ROWS['amer']);
+      expect(acks).toHaveLength(1);
+      const again = await runFor(server.registry, 'report', app(BOB), {
+        through: server.cached,
+        args,
+      });
+      expect(again.fromCache).toBe(true);
+      expect(deploy.outcomes.length - before).toBe(1);
+    } finally {
+      for (const ack of acks) ack();
+    }
+  });
+});
+
 describe('forged queue messages are refused', () => {
   const keys = new QueueKeys(SECRET_KEY);
   /** The queue of the orders workspace's jobs (the default group). */
