@@ -141,6 +141,11 @@ describe('agents that outlive their server', { timeout: 180_000 }, () => {
       expect(agentExited).toBe(false);
       await startServer();
     }
+    // The agent logs "reached again" before it runs the job, but its log reaches this process
+    // through a pipe of its own, which may deliver after the server's answer does.
+    const reachedAgain = () =>
+      logOf(agent!.lines).filter((l) => l['msg'] === 'agent reached the server again').length;
+    await pollUntil(async () => reachedAgain() >= 3, 30_000);
     const lines = logOf(agent.lines);
     // Each outage: warnings counting failures 1, 2, 3, … (one per step, never repeated), then
     // one line when it reached the server again.
