@@ -259,10 +259,12 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
 
 /**
  * A worker's entry write is sent before its answer, not awaited: the answer's own commands (the
- * claim's finish, BullMQ's completion) go to Redis after it, and the server acts on the answer
- * only once Redis has run them, so waiting for the write's reply bought nothing but a round trip
- * on every queued miss. A write that fails is counted as ever (`store-failed`) and the next
- * lookup misses. Measured with `bench/queue_bench.ts`, two alternations: the queued miss's added
+ * claim's finish, BullMQ's completion) leave for Redis after it (on another connection, so in
+ * the order sent rather than by contract), and the server acts on the answer only once Redis has
+ * run them, so waiting for the write's reply bought nothing but a round trip on every queued
+ * miss. Should an answer overtake its write (the store still connecting on the worker's first
+ * job), the caller's next run misses and runs once more as the same viewer. A write that fails
+ * is counted as ever (`store-failed`) and the next lookup misses. Measured with `bench/queue_bench.ts`, two alternations: the queued miss's added
  * p50 over in process 1.65–1.69× a bare BullMQ round trip awaited, 1.46× not.
  */
 const WRITE_BEHIND = Object.freeze({ writeBehind: true });
