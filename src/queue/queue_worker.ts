@@ -264,8 +264,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
  * run them, so waiting for the write's reply bought nothing but a round trip on every queued
  * miss. Should an answer overtake its write (the store still connecting on the worker's first
  * job), the caller's next run misses and runs once more as the same viewer. A write that fails
- * is counted as ever (`store-failed`) and the next lookup misses. Measured with `bench/queue_bench.ts`, two alternations: the queued miss's added
- * p50 over in process 1.65–1.69× a bare BullMQ round trip awaited, 1.46× not.
+ * is counted as ever (`store-failed`) and the next lookup misses. Measured with
+ * `bench/queue_bench.ts`, two alternations: the queued miss's added p50 over in process
+ * 1.65–1.69× a bare BullMQ round trip awaited, 1.46× not.
  */
 const WRITE_BEHIND = Object.freeze({ writeBehind: true });
 const KNOWN_MISS = Object.freeze({ knownMiss: true, writeBehind: true });

@@ -9,8 +9,12 @@ import { makeJob } from '../helpers/jobs.js';
 // the store acknowledged it. The write still happens (or is counted as failed); only the wait
 // for its reply goes.
 
-/** A memory store whose writes are acknowledged only when the test says (or refused). */
-function gatedStore(): { store: CacheStore; acks: Deferred<void>[] } {
+/**
+ * A memory store whose writes are answered only when the test says. `holds`: a write is kept at
+ * once, as Redis keeps a write it has read (answered later); otherwise only once acknowledged,
+ * so a refused write leaves nothing behind.
+ */
+function gatedStore(holds = true): { store: CacheStore; acks: Deferred<void>[] } {
   const inner = new MemoryCacheStore();
   const acks: Deferred<void>[] = [];
   const store: CacheStore = {
@@ -18,8 +22,9 @@ function gatedStore(): { store: CacheStore; acks: Deferred<void>[] } {
     set: (key, value, ttlMs) => {
       const ack = deferred<void>();
       acks.push(ack);
-      // Held in the store at once, as Redis holds a write it has read; answered later.
-      return inner.set(key, value, ttlMs).then(() => ack.promise);
+      return holds
+        ? inner.set(key, value, ttlMs).then(() => ack.promise)
+        : ack.promise.then(() => inner.set(key, value, ttlMs));
     },
     delete: (key) => inner.delete(key),
     shared: false,
@@ -72,9 +77,9 @@ describe('a run whose entry is written behind it (writeBehind)', () => {
   });
 
   it('a write that fails is counted and never fails the run; the next lookup misses', async () => {
-    const { store, acks } = gatedStore();
+    const { store, acks } = gatedStore(false);
     const inner = new CountingExecutor();
-    const cache = withResultCache(inner, { store: { ...store, get: async () => null } });
+    const cache = withResultCache(inner, { store });
     const result = await cache.run(job(3), { writeBehind: true });
     expect(result.value).toBeDefined();
     acks[0]!.reject(new Error('redis went away'));
