@@ -150,7 +150,7 @@ describe('RedisCacheStore writes', () => {
     const client = await rawClient(url);
     try {
       const store = new RedisCacheStore({ redis: client, prefix: `${prefix}cork:` });
-      const keys = Array.from({ length: 64 }, (_, i) => `k${i}`);
+      const keys = Array.from({ length: 24 }, (_, i) => `k${i}`);
       for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
       const counted = countSocketWrites(client);
       const values = await Promise.all(keys.map((key) => store.get(key)));
@@ -171,6 +171,31 @@ describe('RedisCacheStore writes', () => {
       const again = counted.writes;
       await Promise.all(keys.slice(0, 8).map((key) => store.get(key)));
       expect(counted.writes - again).toBe(2);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('sends a large turn in parts of 32 GETs, the first part before the turn has built the rest', async () => {
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}split:` });
+      const keys = Array.from({ length: 80 }, (_, i) => `s${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      const counted = countSocketWrites(client);
+      // Redis can answer the turn's first part while this process is still building the next:
+      // held whole, each side would wait for the other.
+      const replies = keys.slice(0, 32).map((key) => store.get(key));
+      expect(counted.writes).toBe(2); // the first GET at once, then GETs 2 to 32
+      replies.push(...keys.slice(32, 64).map((key) => store.get(key)));
+      expect(counted.writes).toBe(3); // GETs 33 to 64
+      replies.push(...keys.slice(64).map((key) => store.get(key)));
+      expect(counted.writes).toBe(3); // the rest wait for the end of the tick
+      const values = await Promise.all(replies);
+      expect(counted.writes).toBe(4);
+      expect(values.map((v) => Buffer.from(v!).toString())).toEqual(
+        keys.map((key) => `value of ${key}`),
+      );
     } finally {
       await client.quit();
     }
