@@ -1,10 +1,13 @@
 /**
- * `npx tsx bench/profile_hit.ts <sealed|floor|plain> [bytes] [seconds]`: one scenario alone at
- * 64 concurrent callers, for a CPU or heap profile (`node --cpu-prof --import tsx …`) or a GC
- * trace (`--trace-gc`). Prints ops/s and the heap allocated per op.
+ * `npx tsx bench/profile_hit.ts <sealed|floor|plain|store|raw> [bytes] [seconds]`: one scenario
+ * alone at 64 concurrent callers, for a CPU or heap profile (`node --cpu-prof --import tsx …`) or
+ * a GC trace (`--trace-gc`). Prints ops/s, the CPU time per op and the GCs per op. `plain` is an
+ * unsealed `withResultCache` hit; `store` the same entries read by `RedisCacheStore.get` alone
+ * (keys derived beforehand); `raw` by the shared client's `getBuffer`: the three tell the cache's
+ * share of a hit from the store's and from ioredis's.
  */
 import { PerformanceObserver } from 'node:perf_hooks';
-import { RedisCacheStore, withResultCache } from '../src/index.js';
+import { cachedResultPath, RedisCacheStore, withResultCache } from '../src/index.js';
 import {
   deleteRunKeys,
   GuardedExecutor,
@@ -18,7 +21,18 @@ const [which = 'sealed', size = '1024', seconds = '8'] = process.argv.slice(2);
 const fx = sizeFixture(Number(size));
 const redis = sharedRedis();
 let op: (i: number) => Promise<unknown>;
-if (which === 'floor') {
+if (which === 'raw' || which === 'store') {
+  const prefix = `${RUN_PREFIX}prof:`;
+  const store = new RedisCacheStore({ redis, prefix, commandTimeout: '2s' });
+  const cached = withResultCache(new GuardedExecutor('profile', fx.json), { store, seal: false });
+  for (const job of fx.jobs) await cached.run(job);
+  const keys = fx.jobs.map((job) => cachedResultPath(job));
+  const prefixed = keys.map((key) => prefix + key);
+  op =
+    which === 'store'
+      ? (i) => store.get(keys[i % keys.length]!)
+      : (i) => redis.getBuffer(prefixed[i % prefixed.length]!);
+} else if (which === 'floor') {
   op = (await sealedFloor(fx, redis)).scenarios[0]!.op as (i: number) => Promise<unknown>;
 } else {
   const store = new RedisCacheStore({ redis, prefix: `${RUN_PREFIX}prof:`, commandTimeout: '2s' });

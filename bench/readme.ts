@@ -103,8 +103,9 @@ route with nothing else started.
 - \`sealed_floor.ts\` — the sealed rows' baseline: HMAC-SHA-256 of the key text, one
   \`getBuffer\` of a sealed entry of the same size, and the AES-256-GCM open of its payload,
   nothing else. It is itself 1.3× a raw GET and more, which sealing cannot beat.
-- \`profile_hit.ts\` — not a table row: one hit scenario (\`sealed\`, \`plain\` or
-  \`floor\`) alone at 64 callers, printing ops/s, CPU and GC per op, for
+- \`profile_hit.ts\` — not a table row: one hit scenario (\`sealed\`, \`plain\`, \`floor\`,
+  or the same entries read by \`RedisCacheStore.get\`, \`store\`, or \`getBuffer\`, \`raw\`) alone at 64 callers,
+  printing ops/s, CPU and GC per op, for
   \`node --cpu-prof --import tsx bench/profile_hit.ts sealed 1024 8\`.
 - \`memory_hit.ts\` — the same through \`MemoryCacheStore\`.
 - \`memory_scaling.ts\` — \`MemoryCacheStore\` hits with 1 k and with 1 M entries (256-byte
