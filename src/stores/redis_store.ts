@@ -26,14 +26,6 @@ export interface RawRedisCacheStoreOptions {
 }
 
 /**
- * A store on Redis (single node or Cluster) through ioredis. Values are raw bytes (`GET` returns
- * a Buffer, never a decoded string), expiry is Redis's own `PX`.
- *
- * Failure policy: every command either settles within `commandTimeout` or rejects with
- * {@link StoreUnavailableError}; nothing is queued while Redis is unreachable (for clients this
- * store opens, the offline queue is off and retries per request are zero).
- */
-/**
  * A turn's GETs leave in parts of this many, not all at its end, so that Redis works on the
  * first part while this process builds the next. Held whole, this process idled ~17 % of the
  * time at 64 callers. 1 KiB hits, 64 callers, the CPU per hit unchanged (parts of 24 to 48 did
@@ -43,6 +35,14 @@ export interface RawRedisCacheStoreOptions {
  */
 const TURN_SPLIT = 32;
 
+/**
+ * A store on Redis (single node or Cluster) through ioredis. Values are raw bytes (`GET` returns
+ * a Buffer, never a decoded string), expiry is Redis's own `PX`.
+ *
+ * Failure policy: every command either settles within `commandTimeout` or rejects with
+ * {@link StoreUnavailableError}; nothing is queued while Redis is unreachable (for clients this
+ * store opens, the offline queue is off and retries per request are zero).
+ */
 export class RedisCacheStore implements CacheStore {
   /** Other processes (and whoever holds the Redis password) reach it: used sealed by default. */
   readonly shared = true;
