@@ -125,7 +125,8 @@ route with nothing else started.
   per hit by \`cachedResultPath\` (the keyed floor, ≤ 1.3×: a viewer-keyed hit cannot skip its
   key) and BentoCache \`serialize: false\` holding the parsed value (≥ 1×), one caller and 64; \`value_hit_shared\`
   is the same hit with \`values: 'shared'\` (one frozen value per entry, no parse per hit).
-  Alone: \`npx tsx bench/value_hit.ts\`.
+  \`npm run bench\` runs it in a process of its own, as the memory rows: after the Redis
+  sections in the same process it read about 5 % slower. Alone: \`npx tsx bench/value_hit.ts\`.
 - \`hit_ab.ts\` — not part of \`npm run bench\`: the library's hits (value, Redis, sealed
   Redis) of two builds in one process, interleaved with their floors, for a before/after:
   \`VC_BASE_SRC=/tmp/base/src npx tsx bench/hit_ab.ts\` after
