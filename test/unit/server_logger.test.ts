@@ -43,6 +43,14 @@ describe('the server log on a fatal error (buffered lines, Decision 3 of issue 2
     expect(stderr).toContain('Error: boom');
   }, 30_000);
 
+  it('held access lines are written when the process exits before the tick that writes them', async () => {
+    const { code, logged } = await dies(20, '--access');
+    expect(code).toBe(3);
+    expect(logged.map((line) => (line as { reqId?: string }).reqId)).toEqual(
+      Array.from({ length: 20 }, (_, i) => `req-${i}`),
+    );
+  }, 30_000);
+
   it('without the handler the lines are still written (the exit flush), but no fatal line', async () => {
     const { code, logged } = await dies(20, '--no-handler');
     expect(code).toBe(1);

@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
+  type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
 import { pino } from 'pino';
@@ -162,6 +163,46 @@ describe("the access line of the server's own logger", () => {
       ].sort(),
     );
     expect(hand.join('\n')).not.toMatch(/vct_secret|alice|orders\/list|demo/);
+  });
+
+  it('hands the lines of requests finishing together to the stream as one write', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vc-access-'));
+    const logger = createServerLogger({ logLevel: 'info', prettyLogs: false }, join(dir, 'l'));
+    // pino's own stream (sonic-boom), its writes counted as they pass.
+    const stream = (logger as unknown as Record<symbol, { write(text: string): boolean }>)[
+      pino.symbols.streamSym
+    ]!;
+    const writes: string[] = [];
+    const write = stream.write.bind(stream);
+    stream.write = (text: string) => {
+      writes.push(text);
+      return write(text);
+    };
+    const log = new RequestLog(logger, new WeakMap(), () => {});
+    const complete = (id: string) =>
+      log.requestCompleted(
+        null,
+        { id, method: 'GET', routeOptions: { url: '/quiet' } } as unknown as FastifyRequest,
+        { statusCode: 200, elapsedTime: 1 } as FastifyReply,
+      );
+    for (const id of ['a', 'b', 'c', 'd', 'e']) complete(id);
+    expect(writes).toEqual([]);
+    await new Promise((resolve) => process.nextTick(resolve));
+    expect(writes).toHaveLength(1);
+    expect(
+      writes[0]!
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line).reqId),
+    ).toEqual(['a', 'b', 'c', 'd', 'e']);
+    // A later request's line is a write of its own.
+    complete('f');
+    await new Promise((resolve) => process.nextTick(resolve));
+    expect(writes).toHaveLength(2);
+    await new Promise<void>((resolve, reject) =>
+      logger.flush((err) => (err ? reject(err) : resolve())),
+    );
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('is not written below the logger’s level', async () => {
