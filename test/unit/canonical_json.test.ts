@@ -171,4 +171,39 @@ describe('canonicalArgs is fast-json-stable-stringify on plain JSON', () => {
     ];
     for (const value of cases) expect(canonicalArgs(value)).toBe(stableStringify(value));
   });
+
+  // Key orders are remembered per shape (the keys in insertion order): objects whose keys are
+  // the same set in another order, a subset, a superset or another key of the same length must
+  // each get their own, and so must more shapes than are remembered, cycled through twice.
+  it('for objects of many shapes, interleaved', () => {
+    const shapes: Array<Record<string, unknown>> = [
+      { b: 1, a: 2 },
+      { a: 2, b: 1 },
+      { a: 2 },
+      { a: 2, b: 1, c: 3 },
+      { a: 2, c: 1 },
+      { '"': 1, a: 2 },
+      ...Array.from({ length: 20 }, (_, i) => ({ [`k${20 - i}`]: i, k: i, [`j${i}`]: [i] })),
+    ];
+    for (let round = 0; round < 2; round++) {
+      for (const value of shapes) expect(canonicalArgs(value)).toBe(stableStringify(value));
+      for (const value of [...shapes].reverse())
+        expect(canonicalArgs({ outer: value, ...value })).toBe(
+          stableStringify({ outer: value, ...value }),
+        );
+    }
+  });
+
+  it('for arbitrary objects in a sequence (shapes recurring as they come)', () => {
+    const keys = fc.constantFrom('a', 'b', 'c', 'd', '', 'é', '"');
+    fc.assert(
+      fc.property(
+        fc.array(fc.dictionary(keys, fc.integer(), { maxKeys: 5 }), { maxLength: 30 }),
+        (values) => {
+          for (const value of values) expect(canonicalArgs(value)).toBe(stableStringify(value));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
 });
