@@ -124,7 +124,7 @@ export class RequestLog extends LogController {
   #hold(line: string): void {
     if (this.#lines === '') {
       process.nextTick(this.#writeLines);
-      holdingLines.add(this);
+      heldLineWriters.add(this.#writeLines);
     }
     this.#lines += line;
   }
@@ -134,26 +134,23 @@ export class RequestLog extends LogController {
     const lines = this.#lines;
     if (lines === '') return;
     this.#lines = '';
-    holdingLines.delete(this);
+    heldLineWriters.delete(this.#writeLines);
     try {
       this.#plain!.write(lines);
     } catch {
       // A stream already ended (the logger closed with the server): nowhere left to write.
     }
   };
-
-  /** Writes every log's held lines (process exit: no queued tick will run). */
-  static writeHeld(): void {
-    for (const log of holdingLines) log.#writeLines();
-  }
 }
 
-/** Request logs holding lines not yet written (see `RequestLog.#hold`). */
-const holdingLines = new Set<RequestLog>();
+/** The writers of request logs holding lines not yet written (see `RequestLog.#hold`). */
+const heldLineWriters = new Set<() => void>();
 
 // Before pino's own exit hook (registered when its stream was made), which flushes the stream
 // synchronously: a process that exits before the tick (process.exit mid-turn) loses no line.
-process.prependListener('exit', () => RequestLog.writeHeld());
+process.prependListener('exit', () => {
+  for (const write of heldLineWriters) write();
+});
 
 /** Results up to this size are copied into the one buffer that carries the whole body. */
 const COPY_BELOW = 16 * 1024;
