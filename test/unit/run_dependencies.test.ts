@@ -454,8 +454,10 @@ describe('the fingerprint over what a run depended on (randomized interleavings)
       }),
       { numRuns: 400 },
     );
-    // The property said something: plenty of hits, many of them after changes.
-    expect(served).toBeGreaterThan(500);
+    // The property said something: plenty of hits, many of them after changes. Its runs are
+    // random (a new seed each time): over 49 runs, 495–653 hits (about 560 ± 30), 496–646 of
+    // them after a change. The bounds sit far below that, never at its edge (500 failed once).
+    expect(served).toBeGreaterThan(350);
     expect(hitsAfterChange).toBeGreaterThan(300);
   }, 60_000);
 });
