@@ -10,6 +10,8 @@
  *   key derivation, ≤ 3 µs: a viewer-keyed cache cannot look up a hit without it);
  * - `value_hit_shared`: the same with `values: 'shared'`: each entry's value parsed once and
  *   deep-frozen, every hit of that entry handed the same object (no parse per hit);
+ * - `value_hit_cloned`: the same with `values: 'cloned'`: each hit handed a deep copy of that
+ *   value (a value of its own, as the default's, for a copy instead of a parse);
  * - `result_cache_value_hit`: the same hit through `withResultCache` handed the very jobs
  *   BentoCache is handed (no `createViewerCache` job building: the like-for-like row);
  * - `bento_memory_ref_value_hit`: BentoCache 1.6.1 `getOrSet`, memory store, `serialize: false`,
@@ -98,6 +100,27 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
     throw new BenchInvariantError(`value_hit_shared: filled ${sharedStore.size}/${runs.length}`);
   }
 
+  const clonedStore = new MemoryCacheStore({
+    maxBytes: Math.max(64 << 20, runs.length * bytes * 2),
+  });
+  const cloned = createViewerCache({
+    functions: {
+      [fx.jobs[0]!.runnable.path]: () => {
+        executions++;
+        if (armed) throw new BenchInvariantError('value_hit_cloned: a measured "hit" executed');
+        return value;
+      },
+    },
+    store: clonedStore,
+    ttl: `${TTL_S}s`,
+    workspace: fx.jobs[0]!.workspace,
+    values: 'cloned',
+  });
+  for (const run of runs) await cloned.run(run);
+  if (clonedStore.size !== runs.length) {
+    throw new BenchInvariantError(`value_hit_cloned: filled ${clonedStore.size}/${runs.length}`);
+  }
+
   const map = new Map<string, string>(fx.keys.map((key) => [key, text]));
 
   const guarded = new GuardedExecutor('result_cache_value_hit', fx.json);
@@ -180,6 +203,22 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
       },
     },
     {
+      id: 'value_hit_cloned',
+      label: "the same with `values: 'cloned'` (a deep copy of the entry's one value per hit)",
+      async: true,
+      op: async (i: number) => {
+        const result = await cloned.run(runs[i % n]!);
+        if (!result.fromCache) throw new BenchInvariantError('value_hit_cloned: not a hit');
+        check('value_hit_cloned', result.value);
+      },
+      verify: () => {
+        const { storeErrors, rejected, bypasses } = cloned.stats;
+        if (storeErrors + rejected + bypasses > 0 || executions !== executed) {
+          throw new BenchInvariantError(`value_hit_cloned: ${JSON.stringify(cloned.stats)}`);
+        }
+      },
+    },
+    {
       id: 'result_cache_value_hit',
       label: '`withResultCache` hit, `MemoryCacheStore`, the same jobs, `result.value`',
       async: true,
@@ -206,6 +245,7 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
     close: async () => {
       await cache.close();
       await shared.close();
+      await cloned.close();
       await jobStore.close();
     },
   };
@@ -218,7 +258,8 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
  */
 export function judgeValueHit(rows: Row[]): void {
   for (const row of rows) {
-    if (!['value_hit', 'value_hit_shared', 'result_cache_value_hit'].includes(row.id)) continue;
+    const judged = ['value_hit', 'value_hit_shared', 'value_hit_cloned', 'result_cache_value_hit'];
+    if (!judged.includes(row.id)) continue;
     const bento = rows.find((r) => r.mode === row.mode && r.id === 'bento_memory_ref_value_hit');
     if (bento === undefined) continue;
     if (row.mode === 'single') {

@@ -69,14 +69,7 @@ export class StoredResult implements JobResult {
 
   get value(): unknown {
     if (!this.#parsed) {
-      // `toString()` with no argument is the Buffer's own UTF-8 slice: no view built per parse.
-      const { bytes } = this;
-      this.#value = JSON.parse(
-        (Buffer.isBuffer(bytes)
-          ? bytes
-          : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
-        ).toString(),
-      );
+      this.#value = parseJson(this.bytes);
       this.#parsed = true;
     }
     return this.#value;
@@ -125,6 +118,77 @@ export class SharedStoredResult extends StoredResult {
     }
     return value;
   }
+}
+
+/**
+ * A hit served from process memory with `values: 'cloned'`: its value is a deep copy of the
+ * entry's one parsed, deep-frozen value (kept as `'shared'` keeps it), made once per result: a
+ * value of its own that the caller may change, for a copy instead of a parse. The benchmark's
+ * rows: 1 KiB ≈ 1.5 µs against ≈ 4.1 µs to parse, 64 KiB ≈ 101 µs against ≈ 269 µs.
+ */
+export class ClonedStoredResult extends SharedStoredResult {
+  #copy: unknown;
+  #copied = false;
+
+  override get value(): unknown {
+    if (!this.#copied) {
+      const copy = copyJson(super.value, 0);
+      // Nesting too deep to copy on the call stack: parsed from the bytes, as `'fresh'` does.
+      this.#copy = copy === TOO_DEEP ? parseJson(this.bytes) : copy;
+      this.#copied = true;
+    }
+    return this.#copy;
+  }
+}
+
+/** The value of UTF-8 JSON bytes. */
+function parseJson(bytes: Uint8Array): unknown {
+  // `toString()` with no argument is the Buffer's own UTF-8 slice: no view built per parse.
+  return JSON.parse(
+    (Buffer.isBuffer(bytes)
+      ? bytes
+      : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+    ).toString(),
+  );
+}
+
+const TOO_DEEP: unique symbol = Symbol('too deep to copy');
+/** Deeper than this, {@link copyJson} gives up: a recursion far from the call stack's limit. */
+const COPY_MAX_DEPTH = 1000;
+
+/**
+ * A deep copy of a value `JSON.parse` produced: new arrays and plain objects all the way down,
+ * the same keys in the same order, nothing shared with `value`, nothing frozen. Object spread
+ * copies own properties as data properties, so an own `"__proto__"` key stays a key (a copy by
+ * assignment would set the prototype instead), and the later writes below only replace own
+ * data properties. Recursive, with `new Array` and `for…in` (1.6–1.8× faster than with `slice`
+ * and `Object.keys`); {@link TOO_DEEP} past {@link COPY_MAX_DEPTH} levels.
+ */
+function copyJson(value: unknown, depth: number): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  if (depth >= COPY_MAX_DEPTH) return TOO_DEEP;
+  if (Array.isArray(value)) {
+    const length = value.length;
+    const out: unknown[] = new Array(length);
+    for (let i = 0; i < length; i++) {
+      const item = copyJson(value[i], depth + 1);
+      if (item === TOO_DEEP) return TOO_DEEP;
+      out[i] = item;
+    }
+    return out;
+  }
+  const out: Record<string, unknown> = { ...value };
+  for (const key in out) {
+    // `for…in` also walks enumerable keys a polluted Object.prototype would add: own keys only.
+    if (!Object.hasOwn(out, key)) continue;
+    const item = out[key];
+    if (typeof item === 'object' && item !== null) {
+      const copy = copyJson(item, depth + 1);
+      if (copy === TOO_DEEP) return TOO_DEEP;
+      out[key] = copy;
+    }
+  }
+  return out;
 }
 
 /**

@@ -3,6 +3,7 @@ import { InvalidationUnsupportedError, InvalidJobError, StoreNotReadyError } fro
 import type { BypassReason, ResultCacheEvents, TypedEmitter } from '../events.js';
 import type { Job, JobExecutor, RunOptions } from '../job.js';
 import {
+  ClonedStoredResult,
   ComputedResult,
   type JobResult,
   SharedStoredResult,
@@ -99,8 +100,13 @@ class ResultCache implements CachedExecutor {
   readonly #passDown: RunOptions = Object.freeze({ dispatcher: this });
   /** Results computed across a change to their fingerprint: never handed to joiners. */
   readonly #moved = new WeakSet<ComputedResult>();
-  /** With `values: 'shared'`: the parsed value of each entry read from memory; else `null`. */
+  /**
+   * With `values: 'shared'` or `'cloned'`: the parsed value of each entry read from memory;
+   * else `null`.
+   */
   readonly #values: SharedValues | null;
+  /** With `values: 'cloned'`: hits get a copy of that value, not the value itself. */
+  readonly #cloned: boolean;
   /** Whether the fingerprint function is failing (its first failure was logged). */
   #fingerprintFailing = false;
 
@@ -136,7 +142,8 @@ class ResultCache implements CachedExecutor {
     // Runs carry their runnable's tag only when the store invalidates (by path): its memory
     // tier then drops just the invalidated runnable's entries. Decided here, not per call.
     this.#runs = new CacheRuns(this.#codec, this.#invalidation !== null);
-    this.#values = resolved.sharedValues ? new WeakMap() : null;
+    this.#values = resolved.values === 'fresh' ? null : new WeakMap();
+    this.#cloned = resolved.values === 'cloned';
   }
 
   invalidate(scope: InvalidationScope): Promise<void> {
@@ -276,8 +283,9 @@ class ResultCache implements CachedExecutor {
 
   /** A hit's result from the entry object process memory holds (`entry`), `payload` its JSON. */
   #fromMemory(run: CacheRun, payload: Uint8Array, entry: object): StoredResult {
-    return this.#values === null
-      ? new StoredResult(run.job, payload)
+    if (this.#values === null) return new StoredResult(run.job, payload);
+    return this.#cloned
+      ? new ClonedStoredResult(run.job, payload, entry, this.#values)
       : new SharedStoredResult(run.job, payload, entry, this.#values);
   }
 

@@ -64,12 +64,15 @@ export interface RawResultCacheOptions {
    *   hit of another key. A hit then costs no parse (1 KiB: ≈ 3 µs less per hit), but a caller
    *   cannot change what it got (a write throws in strict code), and each entry read keeps its
    *   parsed value alive beside its bytes, outside `maxBytes` (docs/memory-store.md).
+   * - `'cloned'`: parsed once per entry and kept as with `'shared'`; every hit gets a deep copy
+   *   of it: a value of its own, which the caller may change, for a copy instead of a parse
+   *   (1 KiB: ≈ 1.5 µs against ≈ 4 µs). Memory as with `'shared'`.
    *
-   * Hits read from Redis are parsed per hit either way. `result.json()` is the stored bytes in
-   * both modes.
+   * Hits read from Redis are parsed per hit in every mode. `result.json()` is the stored bytes
+   * in every mode.
    * @default 'fresh'
    */
-  values?: 'fresh' | 'shared';
+  values?: 'fresh' | 'shared' | 'cloned';
 }
 
 /** The options after validation and defaults; the hot path reads only these. */
@@ -83,7 +86,7 @@ export interface ResolvedResultCacheOptions {
   readonly storeRestMs: number;
   readonly logger: Logger;
   readonly now: () => number;
-  readonly sharedValues: boolean;
+  readonly values: 'fresh' | 'shared' | 'cloned';
 }
 
 const MIN_SECRET_BYTES = 32;
@@ -112,14 +115,14 @@ export function resolveResultCacheOptions(
     storeRestMs: resolveDuration(options.storeRestAfterFailure ?? '1s', 'storeRestAfterFailure'),
     logger: options.logger ?? silentLogger,
     now: options.now ?? Date.now,
-    sharedValues: resolveValues(options.values),
+    values: resolveValues(options.values),
   });
 }
 
-function resolveValues(values: unknown): boolean {
-  if (values === undefined || values === 'fresh') return false;
-  if (values === 'shared') return true;
-  throw new TypeError("values must be 'fresh' or 'shared'");
+function resolveValues(values: unknown): 'fresh' | 'shared' | 'cloned' {
+  if (values === undefined) return 'fresh';
+  if (values === 'fresh' || values === 'shared' || values === 'cloned') return values;
+  throw new TypeError("values must be 'fresh', 'shared' or 'cloned'");
 }
 
 function resolveSealSecret(

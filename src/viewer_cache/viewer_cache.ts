@@ -71,11 +71,12 @@ export interface RawViewerCacheOptions {
   logger?: Logger;
   /**
    * `'shared'`: a hit from process memory hands back the entry's one parsed value, deep-frozen
-   * and shared by the hits of that same entry only (no parse per hit); `'fresh'`: a value of
-   * its own, parsed per hit. See `withResultCache`'s `values` and docs/memory-store.md.
+   * and shared by the hits of that same entry only (no parse per hit); `'cloned'`: a deep copy
+   * of that value, a value of its own (a copy per hit, no parse); `'fresh'`: a value of its own,
+   * parsed per hit. See `withResultCache`'s `values` and docs/memory-store.md.
    * @default 'fresh'
    */
-  values?: 'fresh' | 'shared';
+  values?: 'fresh' | 'shared' | 'cloned';
 }
 
 /** One run: which function, with what, for whom (the origin), for how long. */

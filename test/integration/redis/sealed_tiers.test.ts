@@ -88,7 +88,7 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
     await deleteKeys(raw, prefix);
   });
 
-  async function setup(now?: () => number, values?: 'shared') {
+  async function setup(now?: () => number, values?: 'shared' | 'cloned') {
     const store = new TwoTierCacheStore({ redis: url, prefix });
     await store.invalidation.whenConfirmed();
     stores.push(store);
@@ -221,6 +221,30 @@ describe('two tiers, sealed: opened entries in memory, sealed ones in Redis', ()
     expect(rejected).toEqual(['foreign-key']);
     expect(viewerOf(forBob.value)).toBe(bob);
     expect(forBob.value).not.toBe(first.value);
+    expect(inner.calls).toBe(2);
+  });
+
+  it("values: 'cloned' — memory-tier hits each get a copy of their key's value; alice's never reaches bob", async () => {
+    const { store, cache, inner, rejected } = await setup(undefined, 'cloned');
+    await cache.run(job(alice));
+    const [aliceKey] = await redisKeys();
+    const first = await cache.run(job(alice));
+    const second = await cache.run(job(alice));
+    expect(first.fromCache && second.fromCache).toBe(true);
+    const mine = first.value as { viewer: string; rows: { patient: string }[] };
+    expect(second.value).not.toBe(mine);
+    expect(Object.isFrozen(mine.rows[0])).toBe(false);
+    mine.viewer = bob;
+    mine.rows[0]!.patient = 'changed';
+    expect(second.value).toEqual({ viewer: alice, rows: [{ patient: `record of ${alice}` }] });
+    expect((await cache.run(job(alice))).value).toEqual(second.value);
+    await cache.run(job(bob));
+    const bobKey = (await redisKeys()).find((k) => k !== aliceKey)!;
+    // Alice's very entry object (whose value is kept) put under bob's name: not opened.
+    await store.memory.set(bobKey, store.memory.getNow(aliceKey!)!, HOUR);
+    const forBob = await cache.run(job(bob));
+    expect(rejected).toEqual(['foreign-key']);
+    expect(viewerOf(forBob.value)).toBe(bob);
     expect(inner.calls).toBe(2);
   });
 });
