@@ -62,64 +62,31 @@ export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
   }));
   let executions = 0;
   let armed = false;
-  const store = new MemoryCacheStore({ maxBytes: Math.max(64 << 20, runs.length * bytes * 2) });
-  const cache = createViewerCache({
-    functions: {
-      [fx.jobs[0]!.runnable.path]: () => {
-        executions++;
-        if (armed) throw new BenchInvariantError('value_hit: a measured "hit" executed');
-        return value;
+  /** A filled viewer cache over a store of its own, with `values` as given. */
+  const filled = async (id: string, values: 'fresh' | 'shared' | 'cloned') => {
+    const store = new MemoryCacheStore({ maxBytes: Math.max(64 << 20, runs.length * bytes * 2) });
+    const viewerCache = createViewerCache({
+      functions: {
+        [fx.jobs[0]!.runnable.path]: () => {
+          executions++;
+          if (armed) throw new BenchInvariantError(`${id}: a measured "hit" executed`);
+          return value;
+        },
       },
-    },
-    store,
-    ttl: `${TTL_S}s`,
-    workspace: fx.jobs[0]!.workspace,
-  });
-  for (const run of runs) await cache.run(run);
-  if (store.size !== runs.length) {
-    throw new BenchInvariantError(`value_hit: filled ${store.size}/${runs.length}`);
-  }
-  const sharedStore = new MemoryCacheStore({
-    maxBytes: Math.max(64 << 20, runs.length * bytes * 2),
-  });
-  const shared = createViewerCache({
-    functions: {
-      [fx.jobs[0]!.runnable.path]: () => {
-        executions++;
-        if (armed) throw new BenchInvariantError('value_hit_shared: a measured "hit" executed');
-        return value;
-      },
-    },
-    store: sharedStore,
-    ttl: `${TTL_S}s`,
-    workspace: fx.jobs[0]!.workspace,
-    values: 'shared',
-  });
-  for (const run of runs) await shared.run(run);
-  if (sharedStore.size !== runs.length) {
-    throw new BenchInvariantError(`value_hit_shared: filled ${sharedStore.size}/${runs.length}`);
-  }
-
-  const clonedStore = new MemoryCacheStore({
-    maxBytes: Math.max(64 << 20, runs.length * bytes * 2),
-  });
-  const cloned = createViewerCache({
-    functions: {
-      [fx.jobs[0]!.runnable.path]: () => {
-        executions++;
-        if (armed) throw new BenchInvariantError('value_hit_cloned: a measured "hit" executed');
-        return value;
-      },
-    },
-    store: clonedStore,
-    ttl: `${TTL_S}s`,
-    workspace: fx.jobs[0]!.workspace,
-    values: 'cloned',
-  });
-  for (const run of runs) await cloned.run(run);
-  if (clonedStore.size !== runs.length) {
-    throw new BenchInvariantError(`value_hit_cloned: filled ${clonedStore.size}/${runs.length}`);
-  }
+      store,
+      ttl: `${TTL_S}s`,
+      workspace: fx.jobs[0]!.workspace,
+      values,
+    });
+    for (const run of runs) await viewerCache.run(run);
+    if (store.size !== runs.length) {
+      throw new BenchInvariantError(`${id}: filled ${store.size}/${runs.length}`);
+    }
+    return viewerCache;
+  };
+  const cache = await filled('value_hit', 'fresh');
+  const shared = await filled('value_hit_shared', 'shared');
+  const cloned = await filled('value_hit_cloned', 'cloned');
 
   const map = new Map<string, string>(fx.keys.map((key) => [key, text]));
 

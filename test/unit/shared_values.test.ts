@@ -73,18 +73,21 @@ describe("values: 'shared' — one frozen value per entry, never across keys", (
     expect((await cache.run(other)).value).not.toBe(a);
   });
 
-  it('a new result under the same key is a new value, not the one parsed before', async () => {
-    let run = 0;
-    const inner = new CountingExecutor(() => ({ run: ++run }));
-    const store = new MemoryCacheStore();
-    const cache = withResultCache(inner, { store, values: 'shared' });
-    const job = makeJob({ viewer: alice });
-    await cache.run(job);
-    expect((await cache.run(job)).value).toEqual({ run: 1 });
-    await store.close(); // drops every entry: the next run computes and stores anew
-    await cache.run(job);
-    expect((await cache.run(job)).value).toEqual({ run: 2 });
-  });
+  it.each(['shared', 'cloned'] as const)(
+    '%s: a new result under the same key is a new value, not the one parsed before',
+    async (values) => {
+      let run = 0;
+      const inner = new CountingExecutor(() => ({ run: ++run }));
+      const store = new MemoryCacheStore();
+      const cache = withResultCache(inner, { store, values });
+      const job = makeJob({ viewer: alice });
+      await cache.run(job);
+      expect((await cache.run(job)).value).toEqual({ run: 1 });
+      await store.close(); // drops every entry: the next run computes and stores anew
+      await cache.run(job);
+      expect((await cache.run(job)).value).toEqual({ run: 2 });
+    },
+  );
 
   it('the bytes stay the stored JSON; a miss still hands back the computed value as is', async () => {
     const { cache } = cacheWith('shared');
@@ -192,19 +195,6 @@ describe("values: 'cloned' — a copy of the entry's one parsed value per hit", 
       }
     }
     expect(inner.calls).toBe(3);
-  });
-
-  it('a new result under the same key is copied from the new value, not the one parsed before', async () => {
-    let run = 0;
-    const inner = new CountingExecutor(() => ({ run: ++run }));
-    const store = new MemoryCacheStore();
-    const cache = withResultCache(inner, { store, values: 'cloned' });
-    const job = makeJob({ viewer: alice });
-    await cache.run(job);
-    expect((await cache.run(job)).value).toEqual({ run: 1 });
-    await store.close(); // drops every entry: the next run computes and stores anew
-    await cache.run(job);
-    expect((await cache.run(job)).value).toEqual({ run: 2 });
   });
 
   it('an own "__proto__" key stays a key: the copy keeps its prototype, nothing is polluted', async () => {
