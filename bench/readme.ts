@@ -94,7 +94,9 @@ route with nothing else started.
   \`redis_hit\` reads (envelope included), with a precomputed key. It sends each GET in its own
   socket write, as ioredis does; \`RedisCacheStore\` writes the first GET of each turn of the
   event loop at once and the turn's others together, which is how its 64-caller rows can pass
-  1.0×.
+  1.0×. \`redis_keyed_get\`, beside it, is the same GET with its key derived per hit by
+  \`cachedResultPath\` (the keyed floor, not judged): \`redis_hit\`'s target cell shows its p50
+  against it, the part of the distance to the raw GET that is not the viewer's key.
 - \`redis_hit.ts\` — a \`withResultCache\` hit through \`RedisCacheStore\`: key derivation, GET,
   envelope verification (key and expiry), then \`result.json()\` — the stored bytes, no parse.
   Its ratio to the raw GET is the whole cost of the cache on a hit, key derivation included.

@@ -8,13 +8,14 @@
  * - **waiting**: the network and Redis, plus anything else the process did meanwhile;
  * - **after the reply**: parsing the reply and our work until the caller resumes.
  *
- * Four rows, interleaved in rounds like `npm run bench`: the raw `getBuffer`, the store's `get`
- * alone, `withResultCache` over a bare `getBuffer` store (the cache layer without ours), and
- * the full hit. What is left of the gap once the rows agree on "waiting" is our CPU, in µs.
+ * Five rows, interleaved in rounds like `npm run bench`: the raw `getBuffer`, the store's `get`
+ * alone, the raw `getBuffer` with its key derived per op by `cachedResultPath` (the keyed
+ * floor: what the viewer's key alone costs), `withResultCache` over a bare `getBuffer` store
+ * (the cache layer without ours), and the full hit. What is left of the gap once the rows agree on "waiting" is our CPU, in µs.
  * The socket hooks cost every row alike; the figures are medians over all rounds.
  */
 import type { Redis } from 'ioredis';
-import { RedisCacheStore, withResultCache } from '../src/index.js';
+import { cachedResultPath, RedisCacheStore, withResultCache } from '../src/index.js';
 import type { CacheStore } from '../src/stores/store.js';
 import { deleteRunKeys, GuardedExecutor, sharedRedis, sizeFixture } from './fixtures.js';
 import { fmt, markdownTable } from './helpers.js';
@@ -62,6 +63,11 @@ const hit = async (run: Promise<{ fromCache: boolean }>) => {
 const rows: [string, string, (i: number) => Promise<unknown>][] = [
   ['raw', 'raw ioredis `getBuffer` (baseline)', (i) => redis.getBuffer(keys[i % n]!)],
   ['store', '`RedisCacheStore.get` alone', (i) => store.get(fx.keys[i % n]!)],
+  [
+    'keyed',
+    'raw `getBuffer`, its key derived per op by `cachedResultPath` (the keyed floor)',
+    (i) => redis.getBuffer(OURS_REDIS_PREFIX + cachedResultPath(fx.jobs[i % n]!)),
+  ],
   [
     'cache_bare',
     '`withResultCache` hit over a bare `getBuffer` store',

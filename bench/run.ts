@@ -76,6 +76,7 @@ const only = argv
 const write = !argv.includes('--no-write') && only === undefined;
 const BASELINES = new Set([
   'redis_raw_get',
+  'redis_keyed_get',
   'sealed_floor',
   'key_naive',
   'bento_memory_hit',
