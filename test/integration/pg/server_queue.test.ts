@@ -133,6 +133,16 @@ describe('a server in queue mode and one worker process', () => {
     expect(performance.now() - started).toBeLessThan(20_000);
   });
 
+  it('SIGHUP (its terminal closed) stops a worker gracefully too: exit 0, its stop logged', async () => {
+    // Node's default for SIGHUP is to die at once, mid-job: watched, signal SIGHUP, no line.
+    const worker = await e2e.startWorker();
+    worker.signal('SIGHUP');
+    expect(await worker.closed).toEqual({ code: 0, signal: null });
+    const stopping = worker.lines.filter((line) => line.includes('"msg":"worker stopping"'));
+    expect(stopping).toHaveLength(1);
+    expect(JSON.parse(stopping[0]!)).toMatchObject({ signal: 'SIGHUP' });
+  });
+
   it('SIGTERM: the worker stops gracefully (exit 0) and leaves the heartbeat set', async () => {
     const worker = e2e.workers[0]!;
     worker.signal('SIGTERM');

