@@ -90,7 +90,7 @@ export function canonicalKeyInput(job: Job, fingerprint?: string | null): string
 const embedJson = new WeakMap<EmbedViewer, string>();
 
 /** The canonical JSON of an embed viewer (memoised per checked, frozen viewer object). */
-function embedViewerJson(viewer: EmbedViewer): string {
+export function embedViewerJson(viewer: EmbedViewer): string {
   const canonical = canonicalEmbedViewer(viewer);
   let text = embedJson.get(canonical);
   if (text === undefined) {

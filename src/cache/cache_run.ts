@@ -3,6 +3,7 @@ import { pathTag } from '../stores/path_tag.js';
 import { RecentMemo } from '../util/recent_memo.js';
 import type { EntryCodec } from './cache_entry.js';
 import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
+import { KeyPartsMemo } from './key_parts_memo.js';
 
 /** One cached run: what every step after the key needs, carried as one object. */
 export class CacheRun {
@@ -46,6 +47,11 @@ export class CacheRuns {
    * GET against 1.57–1.67× without, sealed 2.08–2.42× against 2.56–2.79×. Bounded: ~2.5 MB.
    */
   readonly #digests = new RecentMemo<string, NamedDigest>(DIGEST_MEMO_GENERATION);
+  /**
+   * The same names, found from the job's parts without building its key input (see
+   * {@link KeyPartsMemo}): a hit of a run seen recently builds no key text at all.
+   */
+  readonly #byParts = new KeyPartsMemo<NamedDigest>(DIGEST_MEMO_GENERATION);
 
   /** Whether runs carry their runnable's tag (the store invalidates by path). */
   readonly #tagged: boolean;
@@ -60,18 +66,23 @@ export class CacheRuns {
    * carry: such a run is refused, never cached under a partial key.
    */
   of(job: Job, fingerprint: string | null, ttlMs: number, passDown: RunOptions): CacheRun {
-    const input = canonicalKeyInput(job, fingerprint);
-    let named = this.#digests.get(input);
+    let named = this.#byParts.get(job, fingerprint);
     if (named === undefined) {
-      const digest = this.#codec.digest(input);
-      // The workspace and path are the input's second and third elements, so the memoised
-      // name and tag are this input's. A hit whose input is memoised computes neither.
-      named = {
-        digest,
-        key: keyName(job.workspace, digest),
-        tag: this.#tagged ? pathTag(job.workspace, job.runnable.path) : undefined,
-      };
-      this.#digests.set(input, named);
+      const input = canonicalKeyInput(job, fingerprint);
+      named = this.#digests.get(input);
+      const known = named !== undefined;
+      if (named === undefined) {
+        const digest = this.#codec.digest(input);
+        // The workspace and path are the input's second and third elements, so the memoised
+        // name and tag are this input's. A hit whose input is memoised computes neither.
+        named = {
+          digest,
+          key: keyName(job.workspace, digest),
+          tag: this.#tagged ? pathTag(job.workspace, job.runnable.path) : undefined,
+        };
+        this.#digests.set(input, named);
+      }
+      this.#byParts.set(job, fingerprint, input, named, !known);
     }
     return new CacheRun(job, named.key, named.digest, fingerprint, ttlMs, passDown, named.tag);
   }
