@@ -1,10 +1,13 @@
 /**
  * `key_derivation`: `cachedResultPath` alone for a ten-field args object (SPEC: ≤ 3 µs p50),
  * beside the naive recipe it replaces — fast-json-stable-stringify + SHA-256, with none of the
- * validation that refuses args JSON cannot carry.
+ * validation that refuses args JSON cannot carry. `key_hit_lookup`: what a hit pays for the
+ * same key, a run seen before found by its parts (`CacheRuns.of`, `KeyPartsMemo`).
  */
 import { hash } from 'node:crypto';
 import stableStringify from 'fast-json-stable-stringify';
+import { plainEntries } from '../src/cache/cache_entry.js';
+import { CacheRuns } from '../src/cache/cache_run.js';
 import { cachedResultPath, recordViewerIdentity } from '../src/index.js';
 import type { ScenarioSet, SizeFixture } from './fixtures.js';
 
@@ -17,6 +20,9 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
     perms: { ...job.perms, roleScope: [16384, 16390] },
   }));
   let sink = 0;
+  // A result cache's run names, every job seen once (as its first run, a miss, leaves them).
+  const runs = new CacheRuns(plainEntries, false);
+  for (const job of jobs) runs.of(job, null, 60_000, {});
   // The same jobs for embed viewers (one frozen viewer per job, as recordViewerIdentity leaves
   // it), so the row shows the cost of the object viewer element.
   const embedJobs = jobs.map((job, i) => ({
@@ -51,6 +57,15 @@ export async function keyDerivation(fx: SizeFixture): Promise<ScenarioSet> {
         async: false,
         op: (i: number) => {
           sink ^= cachedResultPath(jobs[i % n]!).length;
+        },
+      },
+      {
+        id: 'key_hit_lookup',
+        label:
+          "a hit's key: the same jobs, each seen before, found by their parts (`CacheRuns.of`)",
+        async: false,
+        op: (i: number) => {
+          sink ^= runs.of(jobs[i % n]!, null, 60_000, {}).key.length;
         },
       },
       {
