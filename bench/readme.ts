@@ -139,7 +139,8 @@ route with nothing else started.
   after), rounds interleaved; heap + external per entry ÷ lru-cache's (≤ 1.3×) and ÷ what the
   store counts toward \`maxBytes\` (1.0 ± 10 %). Alone: \`npx tsx bench/memory_per_entry.ts\`.
 - \`key_derivation.ts\` — \`cachedResultPath\` alone (ten-field args) beside
-  fast-json-stable-stringify + SHA-256 without validation.
+  fast-json-stable-stringify + SHA-256 without validation; \`key_hit_lookup\`: what a hit
+  pays for the same key, a run seen before found by its parts (\`CacheRuns.of\`).
 - \`churn_bench.ts\` — 10 000 viewers over 50 groups, warm in-process caches with
   \`fingerprint: datatables.fingerprint\`, the same seeded read mix (a hot tenth of the viewers
   takes 80 % of the reads) without and with one membership change per second; the figure is
