@@ -21,7 +21,7 @@ import { canonicalKeyInput, embedViewerJson } from './cache_key.js';
  * misses here and is refused by the encoder as before.
  *
  * Bounded as `RecentMemo` is: two generations of at most `perGeneration` entries, each
- * generation dropped whole; a (path, viewer) pair keeps its {@link BUCKET} latest entries. Args
+ * generation dropped whole; a (path, viewer) pair keeps at most {@link BUCKET} entries. Args
  * whose key input is longer than {@link MAX_INPUT} characters are not kept (the caller's memo of
  * key texts still serves them).
  */
@@ -38,7 +38,10 @@ export class KeyPartsMemo<V> {
     this.#perGeneration = perGeneration;
   }
 
-  /** The value kept for the key input of `job` with `fingerprint`, if any. Never throws. */
+  /**
+   * The value kept for the key input of `job` with `fingerprint`, if any. Throws only what reading
+   * the job's args throws (a getter's own error), as encoding them would.
+   */
   get(job: Job, fingerprint: string | null): V | undefined {
     const parts = partsOf(job, fingerprint);
     if (parts === undefined) return undefined;

@@ -88,7 +88,8 @@ export function addAgentTokenCommands(program: Command): void {
 /**
  * `worker --agent`: an agent worker, configured by VIEWER_CACHE_SERVER_URL and
  * VIEWER_CACHE_AGENT_TOKEN only; refuses to start if a database or Redis URL or the secret key
- * is set (E_AGENT_CREDENTIALS). Runs until SIGINT, SIGTERM or SIGHUP, then finishes the jobs it holds.
+ * is set (E_AGENT_CREDENTIALS). Runs until SIGINT, SIGTERM or SIGHUP, then finishes the jobs it
+ * holds.
  */
 export async function runAgentWorker(options: {
   apps?: string;

@@ -35,10 +35,11 @@ export const REPEAT_SIGNAL_MS = 1000;
 export const SHUTDOWN_DEADLINE_MS = 8000;
 
 /**
- * Resolves once one of {@link STOP_SIGNALS} arrived and `close` settled — or `deadlineMs` passed, whatever PostgreSQL or Redis are doing: a dead or
- * hung server underneath must not keep the process alive past the orchestrator's patience (its
- * own kill comes at 10 s by default). A second signal stops waiting at once, when it comes
- * {@link REPEAT_SIGNAL_MS} or more after the first (sooner, it is the same stop delivered twice).
+ * Resolves once one of {@link STOP_SIGNALS} arrived and `close` settled — or `deadlineMs`
+ * passed, whatever PostgreSQL or Redis are doing: a dead or hung server underneath must not keep
+ * the process alive past the orchestrator's patience (its own kill comes at 10 s by default). A
+ * second signal stops waiting at once, when it comes {@link REPEAT_SIGNAL_MS} or more after the
+ * first (sooner, it is the same stop delivered twice).
  */
 export function closeOnSignals(
   close: () => Promise<void>,
