@@ -1,3 +1,4 @@
+import { constants } from 'node:os';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 import { ConfigError, ViewerCacheError } from '../../index.js';
@@ -6,7 +7,7 @@ import { AgentTokens, GROUP_RE } from '../credentials/agent_tokens.js';
 import { DEMO_APPS, loadApps } from '../demo/demo_apps.js';
 import { readConfig } from '../process/config.js';
 import { createServerLogger } from '../process/server_logger.js';
-import { STOP_SIGNALS } from '../process/shutdown.js';
+import { onStopSignals } from '../process/shutdown.js';
 import { output, table, withCatalog, workspaceOf } from './cli_context.js';
 
 function groupArg(value: string): string {
@@ -150,7 +151,11 @@ export async function runAgentWorker(options: {
     logger.info({ signal }, 'agent worker stopping: finishing the jobs it holds');
     void agent.stop();
   };
-  for (const signal of STOP_SIGNALS) process.once(signal, () => stop(signal));
+  onStopSignals(stop, (signal) => {
+    // A second signal does not wait for the jobs it holds: the exit a signal's default gives.
+    logger.warn({ signal }, 'second signal: not waiting for the jobs it holds');
+    process.exit(128 + (constants.signals[signal] ?? 0));
+  });
   try {
     await agent.done;
   } finally {

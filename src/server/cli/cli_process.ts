@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { ConfigError } from '../../index.js';
 import { readConfig } from '../process/config.js';
 import { createServerLogger, exitOnFatal } from '../process/server_logger.js';
-import { closeOnSignals, STOP_SIGNALS } from '../process/shutdown.js';
+import { closeOnSignals, onStopSignals } from '../process/shutdown.js';
 import { printWelcome } from '../start/welcome.js';
 import { runAgentWorker } from './cli_agents.js';
 import type { GlobalOptions } from './cli_context.js';
@@ -187,7 +187,10 @@ export function addProcessCommands(program: Command): void {
             logger.info({ signal, running: running.worker.running }, 'worker stopping');
             running.close().then(resolve, resolve);
           };
-          for (const signal of STOP_SIGNALS) process.once(signal, () => stop(signal));
+          onStopSignals(stop, (signal) => {
+            logger.warn({ signal }, 'second signal: not waiting for the running jobs');
+            resolve();
+          });
         });
         await new Promise<void>((resolve) => logger.flush(() => resolve()));
       },

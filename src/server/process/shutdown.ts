@@ -25,6 +25,25 @@ export function keepOnlyOwnSignalHandlers(): void {
 let handler: ((signal: NodeJS.Signals) => void) | undefined;
 
 /**
+ * For the workers: `stop` on the first of {@link STOP_SIGNALS}, `again` on any later one. The
+ * listeners stay registered (`on`, not `once`): signal-exit, which some dependencies load,
+ * re-raises a signal when its own listeners are the only ones left, and would kill a worker in
+ * the middle of its stop (seen once in CI: a SIGHUP'd worker died of the signal).
+ */
+export function onStopSignals(
+  stop: (signal: NodeJS.Signals) => void,
+  again: (signal: NodeJS.Signals) => void,
+): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return again(signal);
+    stopping = true;
+    stop(signal);
+  };
+  for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
+}
+
+/**
  * A second signal sooner than this after the first is the same stop, delivered twice: one
  * Ctrl-C reaches the server from the terminal and again from a relay (npm, tsx) at once. Later
  * than this, it is a person asking again: stop waiting.
