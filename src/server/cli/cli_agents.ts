@@ -146,7 +146,6 @@ export async function runAgentWorker(options: {
     // An interpreter elsewhere than python3 on PATH (a venv, a wrapper): VIEWER_CACHE_PYTHON.
     ...(env['VIEWER_CACHE_PYTHON'] ? { python: { command: env['VIEWER_CACHE_PYTHON'] } } : {}),
   });
-  logger.info({ concurrency }, 'agent worker started');
   const stop = (signal: string) => {
     logger.info({ signal }, 'agent worker stopping: finishing the jobs it holds');
     void agent.stop();
@@ -156,6 +155,8 @@ export async function runAgentWorker(options: {
     logger.warn({ signal }, 'second signal: not waiting for the jobs it holds');
     process.exit(128 + (constants.signals[signal] ?? 0));
   });
+  // Logged once the signals are ours: whoever waits for this line may signal at once.
+  logger.info({ concurrency }, 'agent worker started');
   try {
     await agent.done;
   } finally {

@@ -173,25 +173,42 @@ export function addProcessCommands(program: Command): void {
         const { startWorker } = await importWithPeers(() => import('../start/worker.js'));
         const logger = createServerLogger(config);
         exitOnFatal(logger);
-        const running = await startWorker(config, logger, {
+        const starting = startWorker(config, logger, {
           concurrency,
           ...(port === undefined ? {} : { port }),
           ...(lock ? { lockMs: Number(lock) } : {}),
         });
-        process.stdout.write(
-          `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
-        );
-        await new Promise<void>((resolve) => {
+        // Stop signals are ours before the ready line is written: stdout is a pipe, written
+        // synchronously, so whoever reads that line may signal before the next statement runs
+        // (watched under load: a SIGHUP right after the line killed the worker, no stop logged).
+        // A signal during start-up stops it once started.
+        let signalled = false;
+        const stopped = new Promise<void>((resolve) => {
           const stop = (signal: string) => {
+            signalled = true;
             // Graceful: no new jobs, the running ones finish (a second signal does not wait).
-            logger.info({ signal, running: running.worker.running }, 'worker stopping');
-            running.close().then(resolve, resolve);
+            void starting
+              .then(
+                (running) => {
+                  logger.info({ signal, running: running.worker.running }, 'worker stopping');
+                  return running.close();
+                },
+                () => {},
+              )
+              .then(resolve, resolve);
           };
           onStopSignals(stop, (signal) => {
             logger.warn({ signal }, 'second signal: not waiting for the running jobs');
             resolve();
           });
         });
+        const running = await starting;
+        if (!signalled) {
+          process.stdout.write(
+            `${JSON.stringify({ url: running.url, worker: running.worker.id, concurrency })}\n`,
+          );
+        }
+        await stopped;
         await new Promise<void>((resolve) => logger.flush(() => resolve()));
       },
     );
