@@ -124,10 +124,28 @@ async function runBatch(
   return { ops, wallNs: end - start };
 }
 
-/** Scenario order for round `r`: rotated so that no scenario always runs first or last. */
-function rotation<T>(items: readonly T[], r: number): T[] {
-  const k = r % items.length;
-  return [...items.slice(k), ...items.slice(0, k)];
+/**
+ * Scenario order for round `r`: a shuffle seeded by the round, so that no scenario always runs
+ * first or last, and none always runs right after the same other one. A rotation (the order
+ * before) kept the cycle fixed: each scenario always followed the same predecessor and paid for
+ * that one's garbage (at 64 KiB, a collection forced by its external buffers) in every round.
+ * Deterministic, so two runs visit the same orders.
+ */
+export function roundOrder<T>(items: readonly T[], r: number): T[] {
+  const out = [...items];
+  // mulberry32, seeded by the round: enough to spread predecessors evenly over 30+ rounds.
+  let seed = (r + 1) * 0x9e3779b9;
+  const next = () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(next() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
 }
 
 /**
@@ -142,14 +160,14 @@ export async function measureLatency(
   const warmRounds = Math.max(1, Math.round(plan.warmupMs / plan.roundMs));
   const roundNs = BigInt(Math.round(plan.roundMs * 1e6));
   for (let r = 0; r < warmRounds; r++) {
-    for (const s of rotation(scenarios, r)) {
+    for (const s of roundOrder(scenarios, r)) {
       await runBatch(s, counters.get(s.id)!, roundNs, 1, null);
       await yieldToLoop();
     }
   }
   const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), ops: 0, wallNs: 0n }]));
   for (let r = 0; r < plan.rounds; r++) {
-    for (const s of rotation(scenarios, r)) {
+    for (const s of roundOrder(scenarios, r)) {
       const a = acc.get(s.id)!;
       const { ops, wallNs } = await runBatch(
         s,
@@ -215,14 +233,14 @@ export async function measureThroughput(
 ): Promise<Map<string, ThroughputStats>> {
   const counters = new Map(scenarios.map((s) => [s.id, { i: 0 }]));
   for (let r = 0; r < plan.warmupRounds; r++) {
-    for (const s of rotation(scenarios, r)) {
+    for (const s of roundOrder(scenarios, r)) {
       await runConcurrent(s, counters.get(s.id)!, plan.concurrency, plan.opsPerRound, null);
       await yieldToLoop();
     }
   }
   const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), wallNs: 0n }]));
   for (let r = 0; r < plan.rounds; r++) {
-    for (const s of rotation(scenarios, r)) {
+    for (const s of roundOrder(scenarios, r)) {
       const a = acc.get(s.id)!;
       a.wallNs += await runConcurrent(
         s,

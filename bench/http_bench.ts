@@ -27,7 +27,7 @@ import { Redis } from 'ioredis';
 import { readConfig } from '../src/server/process/config.js';
 import { createServerLogger, startServer } from '../src/server/start/serve.js';
 import { deleteRunKeys, REDIS_URL, RUN_PREFIX, rawRedis } from './fixtures.js';
-import { BenchInvariantError, type LatencyPlan } from './helpers.js';
+import { BenchInvariantError, type LatencyPlan, roundOrder } from './helpers.js';
 import type { BatchRequest, BatchResult } from './http_client.js';
 import { type BenchPostgres, benchPostgres } from './postgres_fixture.js';
 import { HTTP_CONCURRENCY, type HttpRow, httpTable } from './report.js';
@@ -152,18 +152,17 @@ export async function firstRun(base: string, token: string): Promise<Buffer> {
 /**
  * Latency (one connection, `plan.roundMs` per row per round) and throughput with CPU per
  * request (`HTTP_CONCURRENCY` connections, a fixed number of requests per row per round), both
- * interleaved in rounds with the starting row rotated.
+ * interleaved in rounds, each round in its own order (`roundOrder`).
  */
 async function measure(
   client: HttpClient,
   scenarios: readonly HttpScenario[],
   plan: LatencyPlan,
 ): Promise<HttpRow[]> {
-  const rotated = (r: number) => scenarios.map((_, k) => scenarios[(k + r) % scenarios.length]!);
   const warmRounds = Math.max(1, Math.round(plan.warmupMs / plan.roundMs));
   const latencies = new Map(scenarios.map((s) => [s.id, [] as number[]]));
   for (let r = 0; r < warmRounds + plan.rounds; r++) {
-    for (const s of rotated(r)) {
+    for (const s of roundOrder(scenarios, r)) {
       const batch = { ...s.target, conns: 1, ms: plan.roundMs, minOps: plan.minOpsPerRound };
       const { latenciesUs } = await client.batch(batch);
       if (r >= warmRounds) latencies.get(s.id)!.push(...latenciesUs);
@@ -173,7 +172,7 @@ async function measure(
   const rounds = Math.max(6, Math.round(plan.rounds / 2));
   const perRound = HTTP_CONCURRENCY * 10;
   for (let r = 0; r < 2 + rounds; r++) {
-    for (const s of rotated(r)) {
+    for (const s of roundOrder(scenarios, r)) {
       const before = process.cpuUsage();
       const { wallNs } = await client.batch({
         ...s.target,

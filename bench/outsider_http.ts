@@ -8,7 +8,7 @@
  * HMAC and AES-256-GCM open a sealed entry needs, which Redis only is also read against — the
  * cached app request with two tiers, the same with Redis only, the default with the access record
  * on) at every connection count runs
- * once per round, the order rotated each round, and a round is kept only when the machine's
+ * once per round, each round in its own shuffled order, and a round is kept only when the machine's
  * *other* processes used at most `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
  * process's own /proc/<pid>/stat): on a shared machine a neighbour's burst otherwise lands on
  * one side of a ratio. It reports, per row, the median over the kept rounds with the range, the
@@ -31,6 +31,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import { roundOrder } from './helpers.js';
 import { type OutsiderHttp, outsiderHttpTable } from './outsider_report.js';
 
 const SERVER = fileURLToPath(new URL('./outsider_server.ts', import.meta.url));
@@ -191,7 +192,7 @@ try {
     const m0 = machineJiffies();
     const own0 = processJiffies('self') + processJiffies(child.pid!);
     const samples = new Map<string, Sample>();
-    const order = cells.map((_, k) => cells[(k + r) % cells.length]!);
+    const order = roundOrder(cells, r);
     for (const c of order) {
       const cpu0 = processJiffies(child.pid!);
       const writes0 = processWrites(child.pid!);
