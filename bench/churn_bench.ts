@@ -17,6 +17,7 @@ import {
   MemoryCacheStore,
   withResultCache,
 } from '../src/index.js';
+import { prng } from './helpers.js';
 import { type BenchPostgres, benchPostgres } from './postgres_fixture.js';
 
 const WS = 'churn';
@@ -46,18 +47,6 @@ export function churnTable(rows: readonly ChurnRow[]): string {
     `| \`${steady.id}\` — ${steady.label} | ${steady.reads} | 0 | ${steady.hitRatio.toFixed(4)} | 1.00 | |`,
     `| \`${churn.id}\` — ${churn.label} | ${churn.reads} | ${churn.changes} | ${churn.hitRatio.toFixed(4)} | ${ratio.toFixed(3)} | ${ratio >= 0.95 ? '✅' : '❌'} ≥ 0.95× |`,
   ].join('\n');
-}
-
-/** A small deterministic PRNG, so both phases read the same sequence. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Viewer i's email; a skewed pick: a tenth of the viewers get most of the reads. */

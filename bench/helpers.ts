@@ -124,28 +124,37 @@ async function runBatch(
   return { ops, wallNs: end - start };
 }
 
-/**
- * Scenario order for round `r`: a shuffle seeded by the round, so that no scenario always runs
- * first or last, and none always runs right after the same other one. A rotation (the order
- * before) kept the cycle fixed: each scenario always followed the same predecessor and paid for
- * that one's garbage (at 64 KiB, a collection forced by its external buffers) in every round.
- * Deterministic, so two runs visit the same orders.
- */
-export function roundOrder<T>(items: readonly T[], r: number): T[] {
-  const out = [...items];
-  // mulberry32, seeded by the round: enough to spread predecessors evenly over 30+ rounds.
-  let seed = (r + 1) * 0x9e3779b9;
-  const next = () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+/** A small deterministic PRNG (mulberry32): the same seed, the same sequence. */
+export function prng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(next() * (i + 1));
-    [out[i], out[j]] = [out[j]!, out[i]!];
+}
+
+/**
+ * Scenario order for round `r`. Rounds go in cycles of `items.length`: each cycle takes a
+ * shuffle of its own (seeded by the cycle, so two runs visit the same orders) and rotates it
+ * once per round. Within a cycle every scenario runs once in every position, as the plain
+ * rotation this replaces did; across cycles no scenario always runs right after the same other
+ * one. The rotation kept the cycle fixed, so each scenario paid for the same predecessor's
+ * garbage (at 64 KiB, a collection forced by its external buffers) in every round.
+ */
+export function roundOrder<T>(items: readonly T[], r: number): T[] {
+  const n = items.length;
+  if (n === 0) return [];
+  const random = prng(Math.floor(r / n) + 1);
+  const cycle = [...items];
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [cycle[i], cycle[j]] = [cycle[j]!, cycle[i]!];
   }
-  return out;
+  const k = r % n;
+  return [...cycle.slice(k), ...cycle.slice(0, k)];
 }
 
 /**
