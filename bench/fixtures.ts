@@ -5,6 +5,7 @@
 import { Redis } from 'ioredis';
 import { cachedResultPath, type Job, type JobExecutor, type JobResult } from '../src/index.js';
 import { BenchInvariantError, type Scenario } from './helpers.js';
+import { localRedisPid } from './machine_cpu.js';
 
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 /** Distinct viewers cycled through by every scenario, so keys are as varied as in production. */
@@ -142,6 +143,14 @@ export function rawRedis(): Redis {
   const client = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
   client.on('error', () => {});
   return client;
+}
+
+/**
+ * The pid of the bench Redis when it runs on this machine, else `null`: its CPU serves the
+ * measured GETs, so the quiet-block check counts it as ours, not as another process's.
+ */
+export async function redisServerPid(client: Redis): Promise<number | null> {
+  return localRedisPid(await client.info('server'));
 }
 
 /** Deletes every key this run wrote (SCAN + UNLINK under {@link RUN_PREFIX}). */

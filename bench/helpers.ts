@@ -6,11 +6,16 @@
  *   one further along each round), so a noisy second hits all of them alike;
  * - every op is timed on its own with `process.hrtime.bigint()` (≈ 0.05 µs per pair of reads,
  *   included in every figure alike), and we report p50/p99, not the mean;
- * - each row carries its ratio to a baseline measured in the same run.
+ * - each row carries its ratio to a baseline measured in the same run;
+ * - rounds are grouped in **blocks** (ten by default): a block during which the machine's other
+ *   processes used more than a set share of its CPU is dropped, and each row's ratio is the
+ *   median of its per-block ratios, reported with their range (see {@link QuietPlan}).
  *
  * Dependency-free on purpose: tinybench runs one task to completion before the next, which lets
  * a burst of noise land on a single row.
  */
+
+import { OtherCpu } from './machine_cpu.js';
 
 const { hrtime } = process;
 
@@ -27,13 +32,44 @@ export interface Scenario {
   readonly verify?: () => void;
 }
 
-/** Latency of one scenario, one caller at a time. */
+/**
+ * Which blocks of rounds count. Measured per block (a run of consecutive rounds, every scenario
+ * in each): the share of all cores' time that processes other than this one and `ours` used.
+ * The outsider harness (`outsider_http.ts`) judges its rounds the same way.
+ */
+export interface QuietPlan {
+  /** Rounds are grouped into this many blocks (at most one per round). @default 10 */
+  readonly blocks?: number;
+  /** A block is kept when others used at most this share of the machine (1: keep all). @default 0.15 */
+  readonly maxOther?: number;
+  /** Processes whose CPU is part of the measured work, e.g. the local Redis server. */
+  readonly ours?: readonly number[];
+}
+
+/** How the blocks of one measurement fared: the same object on every scenario's stats. */
+export interface QuietReport {
+  readonly blocks: number;
+  readonly kept: number;
+  readonly maxOther: number;
+  /** Others' share of the machine in each block, kept or not. */
+  readonly others: readonly number[];
+  /** Every block was too busy: the figures are from all of them, and say so. */
+  readonly allDropped: boolean;
+}
+
+/** Latency of one scenario, one caller at a time (over the kept blocks). */
 export interface LatencyStats {
   readonly ops: number;
   /** Ops per second of wall time over the measured batches (one caller). */
   readonly opsPerSec: number;
   readonly p50Us: number;
   readonly p99Us: number;
+  /**
+   * The figure a ratio is taken of, per kept block, in block order: p50 µs (one caller) or
+   * ops/s (concurrent callers). Two scenarios' blocks ran side by side, so they pair up.
+   */
+  readonly perBlock: readonly number[];
+  readonly quiet: QuietReport;
 }
 
 /** Throughput of one scenario with N concurrent callers. */
@@ -49,6 +85,7 @@ export interface LatencyPlan {
   readonly roundMs: number;
   /** At least this many ops per scenario per round, however slow. */
   readonly minOpsPerRound: number;
+  readonly quiet?: QuietPlan;
 }
 
 export interface ThroughputPlan {
@@ -57,6 +94,59 @@ export interface ThroughputPlan {
   readonly opsPerRound: number;
   readonly warmupRounds: number;
   readonly rounds: number;
+  readonly quiet?: QuietPlan;
+}
+
+const DEFAULT_BLOCKS = 10;
+const DEFAULT_MAX_OTHER = 0.15;
+
+/** Groups `rounds` into blocks and measures others' CPU over each. */
+class Blocks {
+  readonly count: number;
+  readonly #rounds: number;
+  readonly #maxOther: number;
+  readonly #meter: OtherCpu;
+  readonly #others: number[] = [];
+
+  constructor(rounds: number, plan: QuietPlan | undefined) {
+    this.#rounds = rounds;
+    this.count = Math.max(1, Math.min(rounds, plan?.blocks ?? DEFAULT_BLOCKS));
+    this.#maxOther = plan?.maxOther ?? DEFAULT_MAX_OTHER;
+    this.#meter = new OtherCpu(plan?.ours ?? []);
+  }
+
+  of(round: number): number {
+    return Math.floor((round * this.count) / this.#rounds);
+  }
+
+  /** Call before round `r` runs. */
+  beforeRound(r: number): void {
+    if (r === 0 || this.of(r - 1) !== this.of(r)) this.#meter.start();
+  }
+
+  /** Call after round `r` ran. */
+  afterRound(r: number): void {
+    if (r === this.#rounds - 1 || this.of(r + 1) !== this.of(r)) {
+      this.#others.push(this.#meter.stop());
+    }
+  }
+
+  /** The blocks that count, and the report every stat carries. */
+  verdict(): { kept: number[]; report: QuietReport } {
+    const quiet = this.#others.flatMap((other, b) => (other <= this.#maxOther ? [b] : []));
+    const allDropped = quiet.length === 0;
+    const kept = allDropped ? this.#others.map((_, b) => b) : quiet;
+    return {
+      kept,
+      report: {
+        blocks: this.count,
+        kept: quiet.length,
+        maxOther: this.#maxOther,
+        others: this.#others.map((o) => Number(o.toFixed(3))),
+        allDropped,
+      },
+    };
+  }
 }
 
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -89,6 +179,22 @@ class Samples {
   sorted(): Float64Array {
     return this.#data.slice(0, this.#length).sort();
   }
+
+  /** These samples' values, in order (a view, not a copy). */
+  values(): Float64Array {
+    return this.#data.subarray(0, this.#length);
+  }
+}
+
+/** All samples of `parts`, sorted. */
+function pooledSorted(parts: readonly Samples[]): Float64Array {
+  const out = new Float64Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p.values(), at);
+    at += p.length;
+  }
+  return out.sort();
 }
 
 /** Runs ops of one scenario for `ns` nanoseconds (and at least `minOps`); returns wall ns. */
@@ -174,10 +280,17 @@ export async function measureLatency(
       await yieldToLoop();
     }
   }
-  const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), ops: 0, wallNs: 0n }]));
+  const blocks = new Blocks(plan.rounds, plan.quiet);
+  const acc = new Map(
+    scenarios.map((s) => [
+      s.id,
+      Array.from({ length: blocks.count }, () => ({ samples: new Samples(), ops: 0, wallNs: 0n })),
+    ]),
+  );
   for (let r = 0; r < plan.rounds; r++) {
+    blocks.beforeRound(r);
     for (const s of roundOrder(scenarios, r)) {
-      const a = acc.get(s.id)!;
+      const a = acc.get(s.id)![blocks.of(r)]!;
       const { ops, wallNs } = await runBatch(
         s,
         counters.get(s.id)!,
@@ -190,17 +303,23 @@ export async function measureLatency(
       // Lets sockets, timers and GC finalisers of this batch settle before the next scenario.
       await yieldToLoop();
     }
+    blocks.afterRound(r);
   }
+  const { kept, report } = blocks.verdict();
   const out = new Map<string, LatencyStats>();
   for (const s of scenarios) {
     s.verify?.();
-    const a = acc.get(s.id)!;
-    const sorted = a.samples.sorted();
+    const parts = kept.map((b) => acc.get(s.id)![b]!);
+    const sorted = pooledSorted(parts.map((p) => p.samples));
+    const ops = parts.reduce((n, p) => n + p.ops, 0);
+    const wallNs = parts.reduce((n, p) => n + p.wallNs, 0n);
     out.set(s.id, {
-      ops: a.ops,
-      opsPerSec: (a.ops * 1e9) / Number(a.wallNs),
+      ops,
+      opsPerSec: (ops * 1e9) / Number(wallNs),
       p50Us: percentileUs(sorted, 0.5),
       p99Us: percentileUs(sorted, 0.99),
+      perBlock: parts.map((p) => percentileUs(p.samples.sorted(), 0.5)),
+      quiet: report,
     });
   }
   return out;
@@ -247,10 +366,17 @@ export async function measureThroughput(
       await yieldToLoop();
     }
   }
-  const acc = new Map(scenarios.map((s) => [s.id, { samples: new Samples(), wallNs: 0n }]));
+  const blocks = new Blocks(plan.rounds, plan.quiet);
+  const acc = new Map(
+    scenarios.map((s) => [
+      s.id,
+      Array.from({ length: blocks.count }, () => ({ samples: new Samples(), ops: 0, wallNs: 0n })),
+    ]),
+  );
   for (let r = 0; r < plan.rounds; r++) {
+    blocks.beforeRound(r);
     for (const s of roundOrder(scenarios, r)) {
-      const a = acc.get(s.id)!;
+      const a = acc.get(s.id)![blocks.of(r)]!;
       a.wallNs += await runConcurrent(
         s,
         counters.get(s.id)!,
@@ -258,21 +384,27 @@ export async function measureThroughput(
         plan.opsPerRound,
         a.samples,
       );
+      a.ops += plan.opsPerRound;
       await yieldToLoop();
     }
+    blocks.afterRound(r);
   }
+  const { kept, report } = blocks.verdict();
   const out = new Map<string, ThroughputStats>();
   for (const s of scenarios) {
     s.verify?.();
-    const a = acc.get(s.id)!;
-    const ops = plan.rounds * plan.opsPerRound;
-    const sorted = a.samples.sorted();
+    const parts = kept.map((b) => acc.get(s.id)![b]!);
+    const ops = parts.reduce((n, p) => n + p.ops, 0);
+    const wallNs = parts.reduce((n, p) => n + p.wallNs, 0n);
+    const sorted = pooledSorted(parts.map((p) => p.samples));
     out.set(s.id, {
       concurrency: plan.concurrency,
       ops,
-      opsPerSec: (ops * 1e9) / Number(a.wallNs),
+      opsPerSec: (ops * 1e9) / Number(wallNs),
       p50Us: percentileUs(sorted, 0.5),
       p99Us: percentileUs(sorted, 0.99),
+      perBlock: parts.map((p) => (p.ops * 1e9) / Number(p.wallNs)),
+      quiet: report,
     });
   }
   return out;

@@ -77,13 +77,33 @@ const range = (xs: readonly number[], digits = 0) =>
   `${fmt(Math.min(...xs), digits)}–${fmt(Math.max(...xs), digits)}`;
 
 /** The table: bytes per entry, and the two ratios judged against their goals. */
-export function memoryPerEntryTable(m: MemoryPerEntry): string {
-  const ours = median(m.ours.heapExternal);
-  const lru = median(m.lru.heapExternal);
+/** The two goals' figures: heap+external per entry ÷ lru-cache's, and real ÷ counted. */
+export function memoryPerEntryVerdict(m: MemoryPerEntry): {
+  vsLru: number[];
+  realVsCounted: number[];
+  ratio: number;
+  real: number;
+  ratioMet: boolean;
+  realMet: boolean;
+} {
   const vsLru = m.ours.heapExternal.map((o, i) => o / m.lru.heapExternal[i]!);
   const realVsCounted = m.ours.heapExternal.map((o, i) => o / m.ours.counted[i]!);
   const ratio = median(vsLru);
   const real = median(realVsCounted);
+  return {
+    vsLru,
+    realVsCounted,
+    ratio,
+    real,
+    ratioMet: ratio <= MAX_VS_LRU,
+    realMet: Math.abs(real - 1) <= COUNTED_TOLERANCE,
+  };
+}
+
+export function memoryPerEntryTable(m: MemoryPerEntry): string {
+  const ours = median(m.ours.heapExternal);
+  const lru = median(m.lru.heapExternal);
+  const { vsLru, realVsCounted, ratio, real } = memoryPerEntryVerdict(m);
   const mark = (met: boolean) => (met ? '✅' : '❌');
   return [
     `Memory per entry: ${m.entries / 1000} k entries of 1 KiB JSON, each measurement a process of its own (\`--expose-gc\`, full GCs before and after), ${m.rounds} interleaved rounds; medians (ranges).`,

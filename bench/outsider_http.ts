@@ -32,6 +32,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { roundOrder } from './helpers.js';
+import { CLOCK_TICKS, machineJiffies, processJiffies } from './machine_cpu.js';
 import { type OutsiderHttp, outsiderHttpTable } from './outsider_report.js';
 
 const SERVER = fileURLToPath(new URL('./outsider_server.ts', import.meta.url));
@@ -58,27 +59,6 @@ interface Ready {
   readonly tokenRedisOnly: string;
   readonly tokenAccessRecord: string;
   readonly body: string;
-}
-
-/** Busy and total jiffies of the whole machine (all cores). */
-function machineJiffies(): { busy: number; total: number } {
-  const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!;
-  const f = line.trim().split(/\s+/).slice(1).map(Number);
-  // user nice system idle iowait irq softirq steal
-  const idle = (f[3] ?? 0) + (f[4] ?? 0);
-  const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
-  return { busy: total - idle, total };
-}
-
-/** Jiffies per second of /proc's process times (USER_HZ: 100 on Linux). */
-const CLOCK_TICKS = 100;
-
-/** utime + stime of a process, in jiffies. */
-function processJiffies(pid: number | 'self'): number {
-  const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return Number(rest[11]) + Number(rest[12]);
 }
 
 /** Write syscalls (write, writev, …) a process has made so far (`/proc/<pid>/io`). */

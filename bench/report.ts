@@ -9,6 +9,7 @@ import {
   fmt,
   type LatencyStats,
   markdownTable,
+  type QuietReport,
   type Scenario,
   type ThroughputStats,
 } from './helpers.js';
@@ -34,9 +35,17 @@ export interface Row {
   opsPerSec: number;
   p50Us: number;
   p99Us: number;
-  /** Single caller: p50 ÷ baseline p50. Concurrent: ops/s ÷ baseline ops/s. */
+  /**
+   * Single caller: p50 ÷ baseline p50. Concurrent: ops/s ÷ baseline ops/s. The median of the
+   * ratios of the blocks the two ran side by side (see {@link pairedRatio}); `range` their span.
+   */
   ratio: number;
+  range?: readonly [number, number];
   baseline: string;
+  /** Per kept block, the figure ratios are taken of (p50 µs, or ops/s): see `LatencyStats`. */
+  perBlock?: readonly number[];
+  /** How the measurement's blocks fared against other processes' load. */
+  quiet?: QuietReport;
   /** `met` undefined: a figure to read, not a target. */
   target?: { text: string; met?: boolean };
 }
@@ -72,28 +81,67 @@ export async function environment(): Promise<Environment> {
   };
 }
 
+/** The part of a row a paired ratio reads. */
+type Measured = Pick<Row, 'p50Us' | 'opsPerSec' | 'perBlock'>;
+
+/**
+ * `a` against `b` (p50 ÷ p50 one caller, ops/s ÷ ops/s concurrent): the median of their
+ * per-block ratios, with the lowest and highest, when both were measured in the same blocks;
+ * else the ratio of their pooled figures (range equal to it).
+ */
+export function pairedRatio(
+  a: Measured,
+  b: Measured,
+  single: boolean,
+): { median: number; min: number; max: number } {
+  const pa = a.perBlock;
+  const pb = b.perBlock;
+  if (pa === undefined || pb === undefined || pa.length === 0 || pa.length !== pb.length) {
+    const pooled = single ? a.p50Us / b.p50Us : a.opsPerSec / b.opsPerSec;
+    return { median: pooled, min: pooled, max: pooled };
+  }
+  const ratios = pa.map((x, i) => x / pb[i]!).sort((x, y) => x - y);
+  const mid = ratios.length >> 1;
+  const median = ratios.length % 2 === 1 ? ratios[mid]! : (ratios[mid - 1]! + ratios[mid]!) / 2;
+  return { median, min: ratios[0]!, max: ratios[ratios.length - 1]! };
+}
+
+function rowsOf(
+  payload: string,
+  scenarios: readonly Scenario[],
+  stats: Map<string, LatencyStats | ThroughputStats>,
+  baseline: string,
+): Row[] {
+  const base = stats.get(baseline)!;
+  return scenarios.map((s) => {
+    const st = stats.get(s.id)!;
+    const single = !('concurrency' in st);
+    const { median, min, max } = pairedRatio(st, base, single);
+    return {
+      payload,
+      id: s.id,
+      label: s.label,
+      mode: 'concurrency' in st ? `c${st.concurrency}` : 'single',
+      ops: st.ops,
+      opsPerSec: st.opsPerSec,
+      p50Us: st.p50Us,
+      p99Us: st.p99Us,
+      ratio: median,
+      range: [min, max],
+      baseline,
+      perBlock: st.perBlock,
+      quiet: st.quiet,
+    };
+  });
+}
+
 export function latencyRows(
   payload: string,
   scenarios: readonly Scenario[],
   stats: Map<string, LatencyStats>,
   baseline: string,
 ): Row[] {
-  const base = stats.get(baseline)!;
-  return scenarios.map((s) => {
-    const st = stats.get(s.id)!;
-    return {
-      payload,
-      id: s.id,
-      label: s.label,
-      mode: 'single',
-      ops: st.ops,
-      opsPerSec: st.opsPerSec,
-      p50Us: st.p50Us,
-      p99Us: st.p99Us,
-      ratio: st.p50Us / base.p50Us,
-      baseline,
-    };
-  });
+  return rowsOf(payload, scenarios, stats, baseline);
 }
 
 export function throughputRows(
@@ -102,22 +150,44 @@ export function throughputRows(
   stats: Map<string, ThroughputStats>,
   baseline: string,
 ): Row[] {
-  const base = stats.get(baseline)!;
-  return scenarios.map((s) => {
-    const st = stats.get(s.id)!;
-    return {
-      payload,
-      id: s.id,
-      label: s.label,
-      mode: `c${st.concurrency}`,
-      ops: st.ops,
-      opsPerSec: st.opsPerSec,
-      p50Us: st.p50Us,
-      p99Us: st.p99Us,
-      ratio: st.opsPerSec / base.opsPerSec,
-      baseline,
-    };
-  });
+  return rowsOf(payload, scenarios, stats, baseline);
+}
+
+/** A ratio with its range over the blocks, as a table cell: `1.08 (1.02–1.15)`. */
+export function ratioCell(ratio: number, range: readonly [number, number] | undefined): string {
+  if (range === undefined || range[0] === range[1]) return fmt(ratio, 2);
+  return `${fmt(ratio, 2)} (${fmt(range[0], 2)}–${fmt(range[1], 2)})`;
+}
+
+/**
+ * What a table's blocks were, per measurement (a payload's rows share one):
+ * `; blocks of rounds kept (others ≤ 15 % of the machine): 1 KiB 10 of 10, 64 KiB 9 of 10; …`.
+ */
+export function quietNote(rows: readonly Row[]): string {
+  const mixed = new Set(rows.map((r) => r.mode)).size > 1;
+  // One measurement's rows share a report (by value: rows may come through JSON from a child).
+  const seen = new Map<string, [QuietReport, string]>();
+  for (const r of rows) {
+    if (r.quiet === undefined) continue;
+    const callers = r.mode === 'single' ? 'one caller' : `${r.mode.slice(1)} callers`;
+    const label = mixed ? `${r.payload} ${callers}:` : r.payload;
+    const key = `${label} ${JSON.stringify(r.quiet)}`;
+    if (!seen.has(key)) seen.set(key, [r.quiet, label]);
+  }
+  const reports = [...seen.values()];
+  if (reports.length === 0) return '';
+  const maxOther = reports[0]![0].maxOther;
+  if (maxOther >= 1) return `; ${reports[0]![0].blocks} blocks of rounds, all kept`;
+  const named = reports.length > 1 || reports[0]![1] !== '—';
+  const parts = reports.map(
+    ([q, label]) =>
+      `${named ? `${label} ` : ''}${q.kept} of ${q.blocks}` +
+      (q.allDropped ? ' (**none quiet: figures from all blocks**)' : ''),
+  );
+  return (
+    `; blocks of rounds kept (others ≤ ${Math.round(maxOther * 100)} % of the machine): ` +
+    `${parts.join(', ')}; a ratio is the median over the kept blocks (lowest–highest)`
+  );
 }
 
 /** Attaches the SPEC targets to the rows they concern. */
@@ -131,7 +201,9 @@ export function judge(rows: Row[]): void {
       row.target = {
         text:
           `≤ ${REDIS_HIT_MAX_RATIO}× raw GET` +
-          (keyed === undefined ? '' : ` (${fmt(row.p50Us / keyed.p50Us, 2)}× the keyed floor)`),
+          (keyed === undefined
+            ? ''
+            : ` (${fmt(pairedRatio(row, keyed, true).median, 2)}× the keyed floor)`),
         met: row.ratio <= REDIS_HIT_MAX_RATIO,
       };
     } else if (row.id === 'redis_hit' && REDIS_HIT_MIN_THROUGHPUT[row.payload] !== undefined) {
@@ -141,7 +213,7 @@ export function judge(rows: Row[]): void {
       const floor = find(row.payload, row.mode, 'sealed_floor');
       if (floor === undefined) continue;
       const single = row.mode === 'single';
-      const vs = single ? row.p50Us / floor.p50Us : row.opsPerSec / floor.opsPerSec;
+      const vs = pairedRatio(row, floor, single).median;
       row.target = single
         ? {
             text: `p50 ${fmt(vs, 2)}× sealed floor (≤ ${SEALED_MAX_RATIO}×)`,
@@ -167,7 +239,7 @@ export function judge(rows: Row[]): void {
       const peer = find(row.payload, row.mode, peerId);
       if (peer === undefined) continue;
       const single = row.mode === 'single';
-      const vs = single ? row.p50Us / peer.p50Us : row.opsPerSec / peer.opsPerSec;
+      const vs = pairedRatio(row, peer, single).median;
       row.target = {
         text: `${single ? 'p50' : 'ops/s'} ${fmt(vs, 2)}× \`${peerId}\``,
         met: single ? vs < 1 : vs > 1,
@@ -178,10 +250,9 @@ export function judge(rows: Row[]): void {
         .filter((r): r is Row => r !== undefined);
       if (peers.length === 0) continue;
       const single = row.mode === 'single';
-      const met = peers.every((p) => (single ? row.p50Us < p.p50Us : row.opsPerSec > p.opsPerSec));
-      const vs = peers
-        .map((p) => fmt(single ? row.p50Us / p.p50Us : row.opsPerSec / p.opsPerSec, 2) + '×')
-        .join(' / ');
+      const ratios = peers.map((p) => pairedRatio(row, p, single).median);
+      const met = ratios.every((r) => (single ? r < 1 : r > 1));
+      const vs = ratios.map((r) => `${fmt(r, 2)}×`).join(' / ');
       row.target = {
         text: single ? `p50 < BentoCache memory (${vs})` : `ops/s > BentoCache memory (${vs})`,
         met,
@@ -205,7 +276,7 @@ export function tables(rows: readonly Row[]): string {
   const scaling = rows.filter((r) => r.id.startsWith('scale_'));
   const scenarioCell = (r: Row) => `\`${r.id}\` — ${r.label}`;
   return [
-    `**Hits, one caller at a time** (${VIEWERS} viewers cycling; ratio = p50 ÷ \`redis_raw_get\` p50 of the same payload, same run):`,
+    `**Hits, one caller at a time** (${VIEWERS} viewers cycling; ratio = p50 ÷ \`redis_raw_get\` p50 of the same payload, same run${quietNote(single)}):`,
     '',
     markdownTable(
       ['payload', 'scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × raw GET', 'target'],
@@ -215,12 +286,12 @@ export function tables(rows: readonly Row[]): string {
         fmt(r.opsPerSec, 0),
         fmt(r.p50Us),
         fmt(r.p99Us),
-        fmt(r.ratio, 2),
+        ratioCell(r.ratio, r.range),
         verdict(r),
       ]),
     ),
     '',
-    `**Hits, ${CONCURRENCY} concurrent callers** (throughput; ratio = ops/s ÷ \`redis_raw_get\` ops/s; p50/p99 are the latencies callers saw under that load):`,
+    `**Hits, ${CONCURRENCY} concurrent callers** (throughput; ratio = ops/s ÷ \`redis_raw_get\` ops/s; p50/p99 are the latencies callers saw under that load${quietNote(concurrent)}):`,
     '',
     markdownTable(
       ['payload', 'scenario', 'ops/s', 'ops/s × raw GET', 'p50 µs', 'p99 µs', 'target'],
@@ -228,14 +299,14 @@ export function tables(rows: readonly Row[]): string {
         r.payload,
         scenarioCell(r),
         fmt(r.opsPerSec, 0),
-        fmt(r.ratio, 2),
+        ratioCell(r.ratio, r.range),
         fmt(r.p50Us),
         fmt(r.p99Us),
         verdict(r),
       ]),
     ),
     '',
-    '**Key derivation** (ratio = p50 ÷ `key_naive` p50):',
+    `**Key derivation** (ratio = p50 ÷ \`key_naive\` p50${quietNote(keys)}):`,
     '',
     markdownTable(
       ['scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × naive', 'target'],
@@ -244,12 +315,12 @@ export function tables(rows: readonly Row[]): string {
         fmt(r.opsPerSec, 0),
         fmt(r.p50Us, 2),
         fmt(r.p99Us, 2),
-        fmt(r.ratio, 2),
+        ratioCell(r.ratio, r.range),
         verdict(r),
       ]),
     ),
     '',
-    `**Scaling, in-process store** (hits cycling through ${SCALE_CYCLE_NOTE}; ratio = p50 ÷ the same lookup's p50 with 1 k entries):`,
+    `**Scaling, in-process store** (hits cycling through ${SCALE_CYCLE_NOTE}; ratio = p50 ÷ the same lookup's p50 with 1 k entries${quietNote(scaling)}):`,
     '',
     markdownTable(
       ['scenario', 'ops/s', 'p50 µs', 'p99 µs', 'p50 × at 1 k', 'target'],
@@ -258,7 +329,7 @@ export function tables(rows: readonly Row[]): string {
         fmt(r.opsPerSec, 0),
         fmt(r.p50Us, 2),
         fmt(r.p99Us, 2),
-        fmt(r.ratio, 2),
+        ratioCell(r.ratio, r.range),
         verdict(r),
       ]),
     ),

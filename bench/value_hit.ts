@@ -50,7 +50,14 @@ import {
   type Scenario,
   type ThroughputPlan,
 } from './helpers.js';
-import { latencyRows, type Row, throughputRows } from './report.js';
+import {
+  latencyRows,
+  pairedRatio,
+  quietNote,
+  type Row,
+  ratioCell,
+  throughputRows,
+} from './report.js';
 
 export async function valueHit(fx: SizeFixture): Promise<ScenarioSet> {
   const { text, bytes } = fx;
@@ -231,14 +238,14 @@ export function judgeValueHit(rows: Row[]): void {
     if (bento === undefined) continue;
     if (row.mode === 'single') {
       const keyed = rows.find((r) => r.mode === 'single' && r.id === 'keyed_map_get_parse');
-      const vsKeyed = keyed === undefined ? Number.NaN : row.p50Us / keyed.p50Us;
-      const vs = row.p50Us / bento.p50Us;
+      const vsKeyed = keyed === undefined ? Number.NaN : pairedRatio(row, keyed, true).median;
+      const vs = pairedRatio(row, bento, true).median;
       row.target = {
         text: `p50 ${fmt(vsKeyed, 2)}× keyed floor (≤ 1.3×); ${fmt(vs, 2)}× BentoCache ref (≤ 1×)`,
         met: vsKeyed <= 1.3 && vs <= 1,
       };
     } else {
-      const vs = row.opsPerSec / bento.opsPerSec;
+      const vs = pairedRatio(row, bento, false).median;
       row.target = { text: `ops/s ${fmt(vs, 2)}× BentoCache ref (≥ 1×)`, met: vs >= 1 };
     }
   }
@@ -247,7 +254,7 @@ export function judgeValueHit(rows: Row[]): void {
 /** The value rows: ratio = p50 (one caller) or ops/s (concurrent) ÷ the floor's. */
 export function valueHitTable(rows: readonly Row[]): string {
   return [
-    '**Hits returning the value, in process** (ratio = p50 ÷ `map_get_parse` p50 for one caller, ops/s ÷ its ops/s for many):',
+    `**Hits returning the value, in process** (ratio = p50 ÷ \`map_get_parse\` p50 for one caller, ops/s ÷ its ops/s for many${quietNote(rows)}):`,
     '',
     markdownTable(
       ['payload', 'callers', 'scenario', 'ops/s', 'p50 µs', 'p99 µs', 'ratio', 'target'],
@@ -258,7 +265,7 @@ export function valueHitTable(rows: readonly Row[]): string {
         fmt(r.opsPerSec, 0),
         fmt(r.p50Us, 2),
         fmt(r.p99Us, 2),
-        fmt(r.ratio, 2),
+        ratioCell(r.ratio, r.range),
         r.target === undefined ? '' : `${r.target.met ? '✅' : '❌'} ${r.target.text}`,
       ]),
     ),
