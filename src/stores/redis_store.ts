@@ -141,11 +141,13 @@ export class RedisCacheStore implements CacheStore {
   }
 
   /**
-   * The hit's GET with one promise of our own instead of two: the command is built here (what
-   * `getBuffer` does, minus its argument juggling) and the deadline queue holds the command
-   * itself, rejecting it when overdue as ioredis's own `commandTimeout` does; a reply that comes
-   * after that settles nothing. Fewer objects per hit (no wrapper promise, no closures, no
-   * per-command record to mark); its effect on CPU per hit was within this VM's noise.
+   * The hit's GET with no promise of our own: the command is built here (what `getBuffer` does,
+   * minus its argument juggling), its settle functions are wrapped so that its own promise
+   * settles as this store promises (a reply noted for batching, every failure a
+   * StoreUnavailableError), and the deadline queue holds the command itself, rejecting it when
+   * overdue as ioredis's own `commandTimeout` does; a reply that comes after that settles
+   * nothing. Wrapping the settle functions rather than chaining `then` saves a hit one promise
+   * and one turn of the microtask queue between the reply and its caller.
    * Only for a single-node client without auto-pipelining (others go through `getBuffer`, so a
    * borrowed client's settings keep working); a borrowed client's key prefix still applies.
    */
@@ -154,22 +156,26 @@ export class RedisCacheStore implements CacheStore {
       replyEncoding: null,
       keyPrefix: client.options.keyPrefix,
     });
+    // ioredis settles a command through these two properties (the reply, a lost connection).
+    const resolve = command.resolve;
+    const reject = command.reject;
+    command.resolve = (value: Buffer | null) => {
+      // Whether batching GETs pays depends on their replies' size (see #batchThisTurn).
+      this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
+      resolve(value);
+    };
+    command.reject = (cause: Error) => {
+      // Our own deadline rejects the command with the error it means already.
+      reject(
+        cause instanceof StoreUnavailableError
+          ? cause
+          : new StoreUnavailableError('redis get failed', { cause }),
+      );
+    };
     this.#deadlines.addCommand(command);
     client.sendCommand(command);
-    return (command.promise as Promise<Buffer | null>).then(this.#gotEntry, this.#getFailed);
+    return command.promise as Promise<Buffer | null>;
   }
-
-  readonly #gotEntry = (value: Buffer | null): Buffer | null => {
-    // Whether batching GETs pays depends on their replies' size (see #batchThisTurn).
-    this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
-    return value;
-  };
-
-  readonly #getFailed = (cause: unknown): never => {
-    // Our own deadline rejects the command with the error it means already.
-    if (cause instanceof StoreUnavailableError) throw cause;
-    throw new StoreUnavailableError('redis get failed', { cause });
-  };
 
   /**
    * Sends the GETs of one turn of the event loop after the first in one socket write, instead of
