@@ -106,6 +106,7 @@ export function pairedRatio(
   return { median, min: ratios[0]!, max: ratios[ratios.length - 1]! };
 }
 
+/** Rows of one measurement, each with its paired ratio to `baseline`'s. */
 function rowsOf(
   payload: string,
   scenarios: readonly Scenario[],
@@ -135,23 +136,9 @@ function rowsOf(
   });
 }
 
-export function latencyRows(
-  payload: string,
-  scenarios: readonly Scenario[],
-  stats: Map<string, LatencyStats>,
-  baseline: string,
-): Row[] {
-  return rowsOf(payload, scenarios, stats, baseline);
-}
-
-export function throughputRows(
-  payload: string,
-  scenarios: readonly Scenario[],
-  stats: Map<string, ThroughputStats>,
-  baseline: string,
-): Row[] {
-  return rowsOf(payload, scenarios, stats, baseline);
-}
+/** One caller's rows (ratio of p50s) and concurrent callers' (ratio of ops/s): one shape. */
+export const latencyRows = rowsOf;
+export const throughputRows = rowsOf;
 
 /** A ratio with its range over the blocks, as a table cell: `1.08 (1.02–1.15)`. */
 export function ratioCell(ratio: number, range: readonly [number, number] | undefined): string {
