@@ -15,8 +15,8 @@ import { fmt, markdownTable } from './helpers.js';
 
 const PROCESS = join(dirname(fileURLToPath(import.meta.url)), 'memory_entry_process.ts');
 /** Goals: ≤ 1.3 × lru-cache per entry; what the store counts within 10 % of what it holds. */
-const MAX_VS_LRU = 1.3;
-const COUNTED_TOLERANCE = 0.1;
+export const MAX_VS_LRU = 1.3;
+export const COUNTED_TOLERANCE = 0.1;
 
 interface Sample {
   heapExternalPerEntry: number;

@@ -17,13 +17,13 @@ import {
 /** Concurrent callers in the throughput tables. */
 export const CONCURRENCY = 64;
 /** Ratio targets from SPEC "Performance". */
-const REDIS_HIT_MAX_RATIO = 1.1;
-const REDIS_HIT_MIN_THROUGHPUT: Record<string, number> = { '1 KiB': 1.0, '64 KiB': 0.95 };
+export const REDIS_HIT_MAX_RATIO = 1.1;
+export const REDIS_HIT_MIN_THROUGHPUT: Record<string, number> = { '1 KiB': 1.0, '64 KiB': 0.95 };
 /** Sealed: against the sealed floor (`sealed_floor.ts`), p50 and ops/s at 64 callers. */
-const SEALED_MAX_RATIO = 1.1;
-const SEALED_MIN_THROUGHPUT = 0.95;
-const KEY_P50_MAX_US = 3;
-const MEMORY_SCALING_MAX = 1.2;
+export const SEALED_MAX_RATIO = 1.1;
+export const SEALED_MIN_THROUGHPUT = 0.95;
+export const KEY_P50_MAX_US = 3;
+export const MEMORY_SCALING_MAX = 1.2;
 const SCALE_CYCLE_NOTE = 'all 1 k entries, or 100 k of the 1 M';
 
 export interface Row {
@@ -377,12 +377,12 @@ export interface HttpRow {
  * What a cached request is judged against: the floor route's p50 and req/s, same run. With the
  * server's defaults (two tiers) p50 ≤ 1.0×; with Redis only ≤ 1.2× (SPEC "Performance").
  */
-const HTTP_MAX_FLOOR_RATIO: Record<string, number> = {
+export const HTTP_MAX_FLOOR_RATIO: Record<string, number> = {
   http_cached: 1.0,
   http_cached_no_access_log: 1.0,
   http_cached_redis_only: 1.2,
 };
-const HTTP_MIN_FLOOR_THROUGHPUT = 0.85;
+export const HTTP_MIN_FLOOR_THROUGHPUT = 0.85;
 
 export function httpTable(rows: readonly HttpRow[]): string {
   const target = (r: HttpRow) => {
