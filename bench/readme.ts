@@ -163,8 +163,8 @@ route with nothing else started.
   so CPU per request is the servers' alone (with the client in the same process, the cached
   request's CPU over the floor's measured +125 µs instead of +35–60 µs). The cached rows' targets:
   p50 ≤ 1.2× the floor's over one connection, req/s ≥ 0.85× over eight.
-- \`queue_bench.ts\` — where a miss runs: the same miss (a runnable of ~1 ms CPU, no
-  data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
+- \`queue_bench.ts\` — where a miss runs: the same miss (a runnable doing a fixed ~1 ms of CPU
+  work, the same count of steps in every process of the run, no data table) through \`createQueueExecutor\` with one \`queue_worker_process.ts\` worker vs in
   process, interleaved (p50, p99); misses/s at 32 callers in process, with 1 and with 2 workers;
   and a hit on the queue-mode cache vs an in-process one (a hit never enqueues); bare BullMQ
   round trips/s through the same worker process at 32 callers (no runnable's CPU: the queue's
