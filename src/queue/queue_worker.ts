@@ -4,6 +4,7 @@ import type { JobExecutor } from '../job.js';
 import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
+import { withWriteAffinity } from '../util/write_affinity.js';
 import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import {
@@ -145,9 +146,13 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
         // store again (one round trip less), except on a stall retry, whose first run may have
         // stored it. Either way it answers without waiting for its entry's write (see
         // WRITE_BEHIND).
-        const result = await runQueued(queuedRun, () =>
-          runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
-            executor.run(job, retried ? WRITE_BEHIND : KNOWN_MISS),
+        // Its entry's write goes on this worker's connection when the store is on the same
+        // Redis (write_affinity.ts): in the answer's own `writev`, and run before it.
+        const result = await withWriteAffinity(connection, () =>
+          runQueued(queuedRun, () =>
+            runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
+              executor.run(job, retried ? WRITE_BEHIND : KNOWN_MISS),
+            ),
           ),
         );
         const json = result.json();
@@ -259,11 +264,13 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
 
 /**
  * A worker's entry write is sent before its answer, not awaited: the answer's own commands (the
- * claim's finish, BullMQ's completion) leave for Redis after it (on another connection, so in
- * the order sent rather than by contract), and the server acts on the answer only once Redis has
- * run them, so waiting for the write's reply bought nothing but a round trip on every queued
- * miss. Should an answer overtake its write (the store still connecting on the worker's first
- * job), the caller's next run misses and runs once more as the same viewer. A write that fails
+ * claim's finish, BullMQ's completion) leave for Redis after it, and the server acts on the
+ * answer only once Redis has run them, so waiting for the write's reply bought nothing but a
+ * round trip on every queued miss. When the store is on the worker's Redis the write goes on
+ * the worker's own connection, so Redis runs it before the answer by contract; a store
+ * elsewhere writes on its own connection, in the order sent. Should an answer overtake its
+ * write there (the store still connecting on the worker's first job), the caller's next run
+ * misses and runs once more as the same viewer. A write that fails
  * is counted as ever (`store-failed`) and the next lookup misses. Measured with
  * `bench/queue_bench.ts`, two alternations: the queued miss's added p50 over in process
  * 1.65–1.69× a bare BullMQ round trip awaited, 1.46× not.

@@ -2,6 +2,7 @@ import { type Cluster, Command, Redis } from 'ioredis';
 import { type Duration, resolveDuration } from '../duration.js';
 import { StoreUnavailableError } from '../errors.js';
 import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
+import { affinityFor } from '../util/write_affinity.js';
 import { DeadlineQueue } from './deadline_queue.js';
 import { isIoredisClient } from './redis_client.js';
 import type { CacheStore } from './store.js';
@@ -252,13 +253,17 @@ export class RedisCacheStore implements CacheStore {
       ? value
       : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
     const connecting = this.#connecting;
+    // A queue worker's job: its entry goes on the worker's connection when that reaches this
+    // very server (see write_affinity.ts), bounded like any write of this store's.
+    const via = connecting === null ? (affinityFor(this.#client) as Redis | null) : null;
+    const client = via ?? this.#client;
     // Misses that finish in one tick (callers resumed together, a worker's jobs) write their
     // entries in one syscall.
-    if (connecting === null) corkForTick(this.#client as CorkableClient);
+    if (connecting === null) corkForTick(client as CorkableClient);
     await this.#bounded(
       connecting === null
-        ? this.#client.set(k, buffer, 'PX', px)
-        : connecting.then(() => this.#client.set(k, buffer, 'PX', px)),
+        ? client.set(k, buffer, 'PX', px)
+        : connecting.then(() => client.set(k, buffer, 'PX', px)),
       'set',
     );
   }

@@ -1,12 +1,17 @@
 import { createCipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
 import { Queue, Worker } from 'bullmq';
+import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
 import {
+  createExecutor,
+  createQueueWorker,
   type Job,
   type JobResult,
+  RedisCacheStore,
   type RunnableDefinition,
   SharedJobTokens,
+  withResultCache,
 } from '../../../src/index.js';
 import { fleetKey, fleetMember, routedQueueName } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
@@ -412,6 +417,116 @@ describe("a worker's answer does not wait for its entry's write", () => {
       expect(deploy.outcomes.length - before).toBe(1);
     } finally {
       for (const ack of acks) ack();
+    }
+  });
+});
+
+describe("a worker's entry write goes with its answer when the store is on the worker's Redis", () => {
+  /**
+   * A worker whose store has a connection of its own named `vc-test-store` (`storeOptions` for
+   * it), and the SET commands MONITOR saw while `act` ran, with the address each came from.
+   */
+  async function watchedWorker(group: string, storeOptions: RedisOptions) {
+    const storeClient = new Redis(deploy.redisUrl, {
+      connectionName: 'vc-test-store',
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      ...storeOptions,
+    });
+    storeClient.on('error', () => {});
+    const store = new RedisCacheStore({ redis: storeClient, prefix: deploy.cachePrefix });
+    const executor = createExecutor({ runnables, datatables: deploy.datatables });
+    const worker = createQueueWorker({
+      executor: withResultCache(executor, {
+        store,
+        fingerprint: deploy.datatables.fingerprint,
+        seal: { secretKey: SECRET_KEY },
+      }),
+      redis: deploy.redis,
+      secretKey: SECRET_KEY,
+      prefix: deploy.prefix,
+      workspaces: ['demo'],
+      group,
+    });
+    await worker.ready();
+    const sets = async (act: () => Promise<unknown>) => {
+      const monitor = await (deploy.redis as Redis).monitor();
+      const seen: { key: string; args: string[]; source: string }[] = [];
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        if (args[0]?.toLowerCase() === 'set') seen.push({ key: args[1]!, args, source });
+      });
+      try {
+        await act();
+        // MONITOR shows commands in the order the server ran them: a PING after the act last.
+        const marker = `done-${randomBytes(4).toString('hex')}`;
+        const done = new Promise<void>((resolve) =>
+          monitor.on('monitor', (_t: string, args: string[]) => args[1] === marker && resolve()),
+        );
+        await deploy.redis.ping(marker);
+        await done;
+      } finally {
+        monitor.disconnect();
+      }
+      const list = String(await (deploy.redis as Redis).client('LIST'));
+      const storeAddr = /addr=(\S+)[^\n]* name=vc-test-store(?:\s|$)/.exec(list)?.[1];
+      return { seen, storeAddr };
+    };
+    return {
+      sets,
+      close: async () => {
+        await worker.close();
+        await store.close();
+        storeClient.disconnect();
+      },
+    };
+  }
+
+  it('same Redis: the entry leaves on the connection that claims and finishes the job, before the finish', async () => {
+    const server = await deploy.server({ group: 'affinity' });
+    const watched = await watchedWorker('affinity', {});
+    try {
+      const { seen, storeAddr } = await watched.sets(() =>
+        runFor(server.registry, 'report', app(ALICE), {
+          through: server.cached,
+          args: { affinity: Date.now() },
+        }),
+      );
+      const entry = seen.find((s) => s.key.startsWith(deploy.cachePrefix));
+      const claim = seen.find((s) => s.key.includes(':claim:') && s.args.includes('NX'));
+      const finish = seen.find((s) => s.key.includes(':claim:') && s.args.includes('XX'));
+      expect(entry).toBeDefined();
+      expect(claim).toBeDefined();
+      expect(storeAddr).toBeDefined();
+      expect(entry!.source).toBe(claim!.source);
+      expect(entry!.source).not.toBe(storeAddr);
+      // One connection's commands run in order: the entry is in Redis before the answer.
+      expect(seen.indexOf(entry!)).toBeLessThan(seen.indexOf(finish!));
+    } finally {
+      await watched.close();
+    }
+  });
+
+  it('another database: the entry stays on the store connection', async () => {
+    const server = await deploy.server({ group: 'affinity-db' });
+    const watched = await watchedWorker('affinity-db', { db: 1 });
+    try {
+      const { seen, storeAddr } = await watched.sets(() =>
+        runFor(server.registry, 'report', app(BOB), {
+          through: server.cached,
+          args: { affinity: Date.now() },
+        }),
+      );
+      const entry = seen.find((s) => s.key.startsWith(deploy.cachePrefix));
+      expect(entry).toBeDefined();
+      expect(entry!.source).toBe(storeAddr);
+    } finally {
+      await watched.close();
+      // The worker wrote its entry in database 1, where the fixture does not look.
+      const db1 = new Redis(deploy.redisUrl, { db: 1 });
+      db1.on('error', () => {});
+      const keys = await db1.keys(`${deploy.cachePrefix}*`);
+      if (keys.length > 0) await db1.del(...keys);
+      db1.disconnect();
     }
   });
 });
