@@ -87,6 +87,7 @@ npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL
 npx tsx bench/queue_bench.ts          # the queue rows alone: a miss through the queue vs in process, 1 vs 2 workers, hits (--quick)
 npx tsx bench/outsider_http.ts        # the HTTP hit under autocannon vs the Fastify floor, quiet rounds only (--rounds, --seconds, --conns, --profile DIR)
 npx tsx bench/queue_miss_work.ts      # PostgreSQL transactions and Redis commands per queued miss
+VC_BASE=DIR npx tsx bench/queue_ab.ts # two worker builds (DIR: another checkout) interleaved miss by miss, one caller
 npx tsx bench/agent_bench.ts          # the agent rows alone: a miss on an agent worker vs in process, 1 vs 2 agents, hits (--quick)
 \`\`\`
 
