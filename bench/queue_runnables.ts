@@ -35,8 +35,9 @@ function calibrate(ms: number): number {
 /**
  * The runnable's work: a fixed number of CPU steps, the same in every process of a run — not a
  * spin for 1 ms of wall time, which is what it was. A wall-time spin does less work in a process
- * that is descheduled meanwhile, and the queue's worker, sharing two cores with the callers and
- * Redis, is descheduled more than the in-process baseline: the comparison flattered the queue.
+ * that is descheduled meanwhile, and the in-process baseline and the queue's worker (sharing two
+ * cores with the callers and Redis) are not descheduled alike: measured, the spin had flattered
+ * the in-process baseline (CHANGELOG).
  * The first process to load this module calibrates the count to about `VC_QUEUE_BENCH_SPIN_MS`
  * (default 1; 0: no work, leaving the queue's own cost, as `queue_cpu.ts` uses it) ms of its CPU
  * and hands it through the environment to the worker processes it starts, which inherit it.

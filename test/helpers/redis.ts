@@ -71,3 +71,45 @@ export function redisAddress(url: string): {
     },
   };
 }
+
+/** A SET the server ran: its key and arguments, the client address it came from and its name. */
+export interface SeenSet {
+  readonly key: string;
+  readonly args: readonly string[];
+  readonly source: string;
+  /** The connection's name (`connectionName`, CLIENT SETNAME), '' when it has none. */
+  readonly name: string;
+}
+
+/**
+ * The SET commands the server behind `raw` ran while `act` ran, in the order it ran them, each
+ * with the connection it came from (MONITOR names the address; CLIENT LIST, taken once the act is
+ * over, names the connection there). Reads the server itself, not any client of ours.
+ */
+export async function setsDuring(raw: Redis, act: () => Promise<unknown>): Promise<SeenSet[]> {
+  const monitor = await raw.monitor();
+  monitor.on('error', () => {});
+  const seen: Omit<SeenSet, 'name'>[] = [];
+  const marker = `sets-during-${randomBytes(4).toString('hex')}`;
+  const done = new Promise<void>((resolve) => {
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      const command = args[0]?.toLowerCase();
+      if (command === 'set') seen.push({ key: args[1] ?? '', args, source });
+      else if (command === 'ping' && args[1] === marker) resolve();
+    });
+  });
+  try {
+    await act();
+    // MONITOR shows what the server ran, in order: a PING sent after the act is seen after it.
+    await raw.ping(marker);
+    await done;
+  } finally {
+    monitor.disconnect();
+  }
+  const names = new Map<string, string>();
+  for (const line of String(await raw.client('LIST')).split('\n')) {
+    const addr = /addr=(\S+)/.exec(line)?.[1];
+    if (addr !== undefined) names.set(addr, /name=(\S*)/.exec(line)?.[1] ?? '');
+  }
+  return seen.map((s) => ({ ...s, name: names.get(s.source) ?? '' }));
+}

@@ -2,7 +2,14 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { RedisCacheStore, StoreUnavailableError } from '../../../src/index.js';
 import { withWriteAffinity } from '../../../src/util/write_affinity.js';
-import { deleteKeys, rawClient, ready, redisAddress, uniquePrefix } from '../../helpers/redis.js';
+import {
+  deleteKeys,
+  rawClient,
+  ready,
+  redisAddress,
+  setsDuring,
+  uniquePrefix,
+} from '../../helpers/redis.js';
 import { TcpProxy } from '../../helpers/tcp_proxy.js';
 
 // A store's writes may go on another connection to the same Redis (a queue worker's, for the
@@ -38,33 +45,8 @@ async function client(name: string, options: RedisOptions = {}, at = url): Promi
 
 /** The connection names the SETs of keys under `under` arrived from, while `act` ran. */
 async function setsFrom(under: string, act: () => Promise<unknown>): Promise<string[]> {
-  const names = new Map<string, string>();
-  for (const line of String(await raw.client('LIST')).split('\n')) {
-    const addr = /addr=(\S+)/.exec(line)?.[1];
-    const name = /name=(\S*)/.exec(line)?.[1];
-    if (addr !== undefined) names.set(addr, name ?? '');
-  }
-  const monitor = await raw.monitor();
-  const seen: string[] = [];
-  monitor.on('monitor', (_time: string, args: string[], source: string) => {
-    if (args[0]?.toLowerCase() === 'set' && args[1]?.startsWith(under)) {
-      seen.push(names.get(source) ?? `unknown ${source}`);
-    }
-  });
-  try {
-    await act();
-    // MONITOR delivers what the server ran, in order: a PING sent after the act is seen after it.
-    const done = new Promise<void>((resolve) => {
-      monitor.on('monitor', (_t: string, args: string[]) => {
-        if (args[0]?.toLowerCase() === 'ping' && args[1] === under) resolve();
-      });
-    });
-    await raw.ping(under);
-    await done;
-  } finally {
-    monitor.disconnect();
-  }
-  return seen;
+  const seen = await setsDuring(raw, act);
+  return seen.filter((s) => s.key.startsWith(under)).map((s) => s.name);
 }
 
 const ownStoreOptions: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 0 };
