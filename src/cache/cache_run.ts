@@ -86,4 +86,21 @@ export class CacheRuns {
     }
     return new CacheRun(job, named.key, named.digest, fingerprint, ttlMs, passDown, named.tag);
   }
+
+  /**
+   * The run under a key already derived for this very job (`digest`, from input holding
+   * `fingerprint`): a queue worker's job, whose server named the key (named_run.ts). Nothing is
+   * memoised: a worker does not see the same key again.
+   */
+  given(
+    job: Job,
+    digest: KeyDigest,
+    fingerprint: string | null,
+    ttlMs: number,
+    passDown: RunOptions,
+  ): CacheRun {
+    const tag = this.#tagged ? pathTag(job.workspace, job.runnable.path) : undefined;
+    const key = keyName(job.workspace, digest);
+    return new CacheRun(job, key, digest, fingerprint, ttlMs, passDown, tag);
+  }
 }

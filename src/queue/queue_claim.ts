@@ -1,10 +1,11 @@
 import type { Job as BullJob } from 'bullmq';
 import { coerceError } from '../errors.js';
 import type { Job } from '../job.js';
+import type { NamedRun } from '../named_run.js';
 import { type ClaimRedis, claimJob, claimKey, finishJob } from './job_claims.js';
 import { isQueueMessage, type QueueMessage } from './queue_names.js';
 import type { QueueKeys } from './queue_seal.js';
-import { openJobRecord, type QueuePlace } from './sealed_job.js';
+import { type OpenedRecord, openJobRecord, type QueuePlace } from './sealed_job.js';
 
 /** A queue message that opened, and the job its record holds (viewer included). */
 export interface ClaimedQueueJob {
@@ -14,6 +15,8 @@ export interface ClaimedQueueJob {
   readonly traceparent: string | null;
   /** Where the job's child runs over HTTP go (the enqueuing server's address, sealed); or null. */
   readonly childUrl: string | null;
+  /** The key the server's cache named for the run (sealed), or null: named_run.ts. */
+  readonly named: NamedRun | null;
   /** Marks the job finished (its message is refused from now on): before answering. */
   finish(): Promise<void>;
 }
@@ -35,17 +38,16 @@ export async function claimQueuedJob(
   const data = bullJob.data;
   if (!isQueueMessage(data) || data.queueId !== bullJob.id || data.deadline <= Date.now())
     return null;
-  let opened: { job: Job; traceparent: string | null; childUrl: string | null } | null;
+  let opened: OpenedRecord | null;
   try {
     opened = openJobRecord(keys, place, data);
   } catch {
     opened = null;
   }
   if (opened === null) return null;
-  const { job, traceparent, childUrl } = opened;
-  const key = claimKey(place.prefix, place.name, job.id);
+  const key = claimKey(place.prefix, place.name, opened.job.id);
   if (!(await claimJob(redis, key, data.deadline).catch(() => false))) return null;
-  return { message: data, job, traceparent, childUrl, finish: () => finishJob(redis, key) };
+  return { message: data, ...opened, finish: () => finishJob(redis, key) };
 }
 
 /** The code a failure travels as: ours, or E_EXECUTOR_FAILED (Redis keeps reasons in clear). */

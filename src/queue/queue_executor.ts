@@ -16,6 +16,7 @@ import type { Executor, JobRequest } from '../executor/executor.js';
 import type { Job, RunOptions, RunOrigin } from '../job.js';
 import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { NAMED_RUN, type NamedRunOptions } from '../named_run.js';
 import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type FleetRedis, FleetView } from './queue_fleet.js';
@@ -354,6 +355,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       deadline,
       traceparent,
       options.childUrl?.() ?? null,
+      (runOptions as NamedRunOptions | undefined)?.[NAMED_RUN] ?? null,
     );
     // The add joins a job of the same queue id still there (another server's miss of the same
     // key: coalesced by design) — or a stale one, past its deadline, that its worker is about to

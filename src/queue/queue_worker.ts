@@ -1,6 +1,7 @@
 import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker } from 'bullmq';
 import { QueueJobRefusedError } from '../errors.js';
 import type { JobExecutor } from '../job.js';
+import { GIVEN_RUN, type NamedRun, type NamedRunOptions } from '../named_run.js';
 import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
@@ -151,7 +152,7 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
         const result = await withWriteAffinity(connection, () =>
           runQueued(queuedRun, () =>
             runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
-              executor.run(job, retried ? WRITE_BEHIND : KNOWN_MISS),
+              executor.run(job, runOptions(retried, claimed.named)),
             ),
           ),
         );
@@ -277,6 +278,16 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
  */
 const WRITE_BEHIND = Object.freeze({ writeBehind: true });
 const KNOWN_MISS = Object.freeze({ knownMiss: true, writeBehind: true });
+
+/**
+ * What a queued job's run is told: WRITE_BEHIND on a stall retry, else KNOWN_MISS; and the key
+ * its server named, when its record holds one (the worker's cache uses it instead of deriving
+ * the same key again, if its fingerprint agrees: named_run.ts).
+ */
+function runOptions(retried: boolean, named: NamedRun | null): NamedRunOptions {
+  const options = retried ? WRITE_BEHIND : KNOWN_MISS;
+  return named === null ? options : { ...options, [GIVEN_RUN]: named };
+}
 
 /** Job slots one BullMQ worker takes, at most, while the queue's cap on workers allows. */
 const SLOTS_PER_TAKER = 8;

@@ -1,5 +1,6 @@
 import { InvalidJobError } from '../errors.js';
 import type { Job, RunOrigin } from '../job.js';
+import { type NamedRun, namedRunOf } from '../named_run.js';
 import { permsFromJson } from './job_records.js';
 import type { QueueMessage } from './queue_names.js';
 import type { QueueKeys } from './queue_seal.js';
@@ -27,6 +28,7 @@ export function sealJob(
   deadline: number,
   traceparent: string | null = null,
   childUrl: string | null = null,
+  named: NamedRun | null = null,
 ): QueueMessage {
   const fields: unknown[] = [
     job.id,
@@ -34,7 +36,10 @@ export function sealJob(
     job.runnable.hash,
     JSON.stringify(job.args),
     JSON.stringify(job.perms),
-    origin,
+    // The key the server's cache named for this run, beside the origin: in the one slot every
+    // worker version skips, so a worker of an earlier version opens the record as before (it
+    // refuses a record with more fields) and one of this version uses it (named_run.ts).
+    named === null ? origin : { origin, digest: named.digest, fingerprint: named.fingerprint },
     job.cacheTtlS ?? null,
     traceparent,
   ];
@@ -64,14 +69,14 @@ export function openJobRecord(
   keys: QueueKeys,
   place: QueuePlace,
   message: QueueMessage,
-): { job: Job; traceparent: string | null; childUrl: string | null } | null {
+): OpenedRecord | null {
   const bound = boundTo(place, message.workspace, message.queueId, message.deadline);
   const text = keys.openRecord(bound, message.record);
   if (text === null) return null;
   const fields = JSON.parse(text) as unknown;
   if (!Array.isArray(fields) || fields.length < 7 || fields.length > 9)
     throw new InvalidJobError('malformed record');
-  const [id, path, hash, args, perms, , cacheTtlS, traceparent = null, childUrl = null] =
+  const [id, path, hash, args, perms, origin, cacheTtlS, traceparent = null, childUrl = null] =
     fields as [unknown, unknown, unknown, unknown, unknown, unknown, unknown, unknown?, unknown?];
   if (childUrl !== null && !isHttpUrl(childUrl)) throw new InvalidJobError('malformed record');
   if (traceparent !== null && (typeof traceparent !== 'string' || traceparent.length > 256))
@@ -90,7 +95,19 @@ export function openJobRecord(
     perms: permsFromJson(perms),
     ...(cacheTtlS === null ? {} : { cacheTtlS }),
   });
-  return { job, traceparent, childUrl };
+  // A server of an earlier version wrote the origin alone: the worker derives the key itself.
+  return { job, traceparent, childUrl, named: namedRunOf(origin) };
+}
+
+/** What a record holds besides the job. */
+export interface OpenedRecord {
+  readonly job: Job;
+  /** The server's trace context (W3C `traceparent`), or null. */
+  readonly traceparent: string | null;
+  /** Where the job's child runs over HTTP go (the server's advertised address), or null. */
+  readonly childUrl: string | null;
+  /** The key the server's cache named for the run, or null (named_run.ts). */
+  readonly named: NamedRun | null;
 }
 
 function isHttpUrl(value: unknown): value is string {

@@ -27,7 +27,7 @@ import {
   SECRET_KEY,
   WS,
 } from '../../helpers/orders_db.js';
-import { QueueDeployment } from '../../helpers/queue_fixture.js';
+import { QueueDeployment, type QueueSide } from '../../helpers/queue_fixture.js';
 import { setsDuring } from '../../helpers/redis.js';
 import { waitUntil } from '../../helpers/wait.js';
 
@@ -517,11 +517,17 @@ describe('forged queue messages are refused', () => {
   const QUEUE = routedQueueName('jobs', WS, 'default');
 
   /** A job as the server records it (alice's, say): what a genuine message seals. */
-  async function jobFor(viewer: string, workspace = WS): Promise<Job> {
+  async function jobFor(
+    viewer: string,
+    workspace = WS,
+    path = 'uncached',
+    args: Record<string, unknown> = {},
+  ): Promise<Job> {
     const registry = (await deploy.server()).registry;
     return registry.createJob({
       workspace,
-      path: 'uncached',
+      path,
+      args,
       runAs: PUBLISHER,
       origin: app(viewer),
     });
@@ -584,6 +590,55 @@ describe('forged queue messages are refused', () => {
     // None of these took the job's claim: the genuine message still runs, once.
     expect(await send(good)).toBe('ok');
     expect(await send(good)).toBe('E_QUEUE_JOB_REFUSED');
+  });
+
+  describe('the key its server named, sealed in the record', () => {
+    /** Sealed as a server seals a miss of `job`: with the key its cache named (named_run.ts). */
+    function named(job: Job, digest: string, fingerprint: string | null) {
+      const place = { prefix: deploy.prefix, name: QUEUE };
+      const queueId = keys.queueId(`named:${job.id}`);
+      const deadline = Date.now() + 60_000;
+      return sealJob(keys, place, job, 'app', queueId, deadline, null, null, {
+        digest,
+        fingerprint,
+      });
+    }
+    const storedUnder = async (digest: string) =>
+      (await deploy.redis.keys(`${deploy.cachePrefix}*${digest}*`)).length;
+    /**
+     * A job of `report` whose key nothing holds yet, once the deployment has learned what
+     * `report` depends on (its first run does: a run that depends on more than its lookup
+     * predicted is stored where the next lookup looks, under a key derived for what it learned).
+     */
+    async function freshReport(server: QueueSide) {
+      await runFor(server.registry, 'report', app(BOB), { through: server.cached });
+      return jobFor(ALICE, WS, 'report', { named: randomBytes(6).toString('hex') });
+    }
+
+    it('is where the worker stores the entry, when the fingerprint it computes is the one named', async () => {
+      const server = await deploy.server();
+      await deploy.worker();
+      const job = await freshReport(server);
+      const fingerprint = await datatables.fingerprint(job);
+      const digest = randomBytes(32).toString('hex');
+      expect(await send(named(job, digest, fingerprint))).toBe('ok');
+      await waitUntil('the entry is stored', async () => (await storedUnder(digest)) === 1);
+      // The worker took the key from the record: none derived from the job's fields.
+      expect((await server.cached.peek(job)).state).toBe('absent');
+    });
+
+    it('is not used when the worker computes another fingerprint: the entry goes under the key the job gives', async () => {
+      const server = await deploy.server();
+      await deploy.worker();
+      const job = await freshReport(server);
+      const digest = randomBytes(32).toString('hex');
+      expect(await send(named(job, digest, 'the roles of another moment'))).toBe('ok');
+      await waitUntil(
+        'the entry is stored',
+        async () => (await server.cached.peek(job)).state === 'present',
+      );
+      expect(await storedUnder(digest)).toBe(0);
+    });
   });
 
   it("a worker's answer for one viewer never answers another viewer's run", async () => {
