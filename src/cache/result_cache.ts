@@ -171,8 +171,13 @@ class ResultCache implements CachedExecutor {
       const known = options?.knownMiss === true;
       const behind = options?.writeBehind === true;
       const given = options?.[GIVEN_RUN];
-      if (this.#fingerprint === null)
-        return this.#lookup(this.#name(job, null, ttlMs, passDown, given), known, behind);
+      if (this.#fingerprint === null) {
+        const run =
+          given === undefined
+            ? this.#runs.of(job, null, ttlMs, passDown)
+            : this.#given(job, null, ttlMs, passDown, given);
+        return this.#lookup(run, known, behind);
+      }
       let fingerprint: ReturnType<FingerprintFn>;
       try {
         fingerprint = this.#fingerprint(job);
@@ -182,12 +187,20 @@ class ResultCache implements CachedExecutor {
       // A fingerprint known now (the data tables' in-memory catalog) costs no promise hop.
       if (!isThenable(fingerprint)) {
         this.#fingerprintAnswered();
-        return this.#lookup(this.#name(job, fingerprint, ttlMs, passDown, given), known, behind);
+        const run =
+          given === undefined
+            ? this.#runs.of(job, fingerprint, ttlMs, passDown)
+            : this.#given(job, fingerprint, ttlMs, passDown, given);
+        return this.#lookup(run, known, behind);
       }
       return Promise.resolve(fingerprint).then(
         (value) => {
           this.#fingerprintAnswered();
-          return this.#lookup(this.#name(job, value, ttlMs, passDown, given), known, behind);
+          const run =
+            given === undefined
+              ? this.#runs.of(job, value, ttlMs, passDown)
+              : this.#given(job, value, ttlMs, passDown, given);
+          return this.#lookup(run, known, behind);
         },
         (err: unknown) => this.#fingerprintFailed(job, err, passDown),
       );
@@ -197,18 +210,19 @@ class ResultCache implements CachedExecutor {
   }
 
   /**
-   * The run's key: the one `given` names (a queue worker's job, whose server derived it; see
-   * named_run.ts) when it was derived with the fingerprint this process computes now — else
-   * derived here, as for any run.
+   * The run's key when the caller was given one (a queue worker's job, whose server derived it;
+   * see named_run.ts): that one when it was derived with the fingerprint this process computes
+   * now — else derived here, as for any run. (Apart from `run`'s path, which stays as it was
+   * for the hits that make up nearly all runs.)
    */
-  #name(
+  #given(
     job: Job,
     fingerprint: string | null,
     ttlMs: number,
     passDown: RunOptions,
-    given: NamedRun | undefined,
+    given: NamedRun,
   ): CacheRun {
-    return given !== undefined && given.fingerprint === fingerprint
+    return given.fingerprint === fingerprint
       ? this.#runs.given(job, given.digest, fingerprint, ttlMs, passDown)
       : this.#runs.of(job, fingerprint, ttlMs, passDown);
   }
