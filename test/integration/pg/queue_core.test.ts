@@ -13,9 +13,14 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../../../src/index.js';
-import { fleetKey, fleetMember, routedQueueName } from '../../../src/queue/queue_names.js';
+import {
+  fleetKey,
+  fleetMember,
+  type QueueMessage,
+  routedQueueName,
+} from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
-import { sealJob } from '../../../src/queue/sealed_job.js';
+import { openJobRecord, sealJob } from '../../../src/queue/sealed_job.js';
 import { deferred } from '../../helpers/deferred.js';
 import {
   app,
@@ -625,6 +630,40 @@ describe('forged queue messages are refused', () => {
       await waitUntil('the entry is stored', async () => (await storedUnder(digest)) === 1);
       // The worker took the key from the record: none derived from the job's fields.
       expect((await server.cached.peek(job)).state).toBe('absent');
+    });
+
+    it("is the key a server's cache looked up: bound to the job's queue id", async () => {
+      // A deployment whose queue no worker takes (its fleet says one does), so the message
+      // a server adds waits in the queue to be read.
+      const lone = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
+      try {
+        await lone.redis.zadd(
+          fleetKey(lone.prefix, 'jobs'),
+          Date.now(),
+          fleetMember(WS, 'default', 'nobody'),
+        );
+        const server = await lone.server({ wait: 1500 });
+        const run = runFor(server.registry, 'report', app(ALICE), {
+          through: server.cached,
+          args: { sealedKey: 1 },
+        });
+        run.catch(() => {});
+        const queue = new Queue(QUEUE, { connection: lone.redis, prefix: lone.prefix });
+        let waiting: QueueMessage | undefined;
+        await waitUntil('the message is queued', async () => {
+          waiting = (await queue.getWaiting())[0]?.data as QueueMessage | undefined;
+          return waiting !== undefined;
+        });
+        await queue.close();
+        const place = { prefix: lone.prefix, name: QUEUE };
+        const named = openJobRecord(keys, place, waiting!)?.named;
+        expect(named?.digest).toMatch(/^[0-9a-f]{64}$/);
+        // The queue id is the keyed hash of the key the server looked up: this digest's.
+        expect(keys.queueId(`${WS}/cache/${named!.digest}`)).toBe(waiting!.queueId);
+        await expect(run).rejects.toMatchObject({ code: 'E_QUEUE_TIMEOUT' });
+      } finally {
+        await lone.close();
+      }
     });
 
     it('is not used when the worker computes another fingerprint: the entry goes under the key the job gives', async () => {
