@@ -1,7 +1,9 @@
 /**
- * The one-time claim of a queued job, kept in Redis beside the queue: the replay guard that used
- * to be a Postgres row. BullMQ's job-id uniqueness and its lock already keep one message from
- * running twice at once; what is left is a message put back after its job ended. So:
+ * The one-time claim of a queued job, kept in Redis beside the queue: the replay guard of the
+ * jobs of servers of an earlier version (a record that names no once-id, sealed_job.ts), and
+ * the mark every finished job leaves for the workers of an earlier version. BullMQ's job-id
+ * uniqueness and its lock already keep one message from running twice at once; what is left is
+ * a message put back after its job ended. So:
  *
  * | state of `…:claim:<job id>` | a take |
  * |---|---|
@@ -18,13 +20,17 @@
 /** The claim count a finished job is set to: far above any allowed take. */
 const DONE = 1_000_000;
 
-/** How long a claim outlives its deadline: a worker whose clock lags Redis' still sees it. */
-const CLAIM_MARGIN_MS = 300_000;
+/**
+ * How long a claim (or a job's deduplication key, queue_claim.ts) outlives its deadline: a
+ * worker whose clock lags Redis' still sees it.
+ */
+export const CLAIM_MARGIN_MS = 300_000;
 
 /** The Redis commands a claim needs (ioredis `Redis` or `Cluster`). */
 export interface ClaimRedis {
   set(key: string, value: number, px: 'PXAT', at: number, nx: 'NX'): Promise<'OK' | null>;
   set(key: string, value: number, xx: 'XX', keep: 'KEEPTTL'): Promise<'OK' | null>;
+  set(key: string, value: number, px: 'PXAT', at: number): Promise<'OK' | null>;
   incr(key: string): Promise<number>;
 }
 
@@ -41,4 +47,12 @@ export async function claimJob(redis: ClaimRedis, key: string, deadline: number)
 /** Marks the job finished: its message is refused from now on. */
 export async function finishJob(redis: ClaimRedis, key: string): Promise<void> {
   await redis.set(key, DONE, 'XX', 'KEEPTTL');
+}
+
+/**
+ * Marks finished a job that took no claim (its message is guarded by BullMQ's deduplication):
+ * a worker of an earlier version, which knows only claims, refuses its message from now on.
+ */
+export async function markJobDone(redis: ClaimRedis, key: string, deadline: number): Promise<void> {
+  await redis.set(key, DONE, 'PXAT', deadline + CLAIM_MARGIN_MS);
 }

@@ -19,6 +19,7 @@ import { type Logger, silentLogger } from '../logger.js';
 import { NAMED_RUN, type NamedRunOptions } from '../named_run.js';
 import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
+import { CLAIM_MARGIN_MS } from './job_claims.js';
 import { type FleetRedis, FleetView } from './queue_fleet.js';
 import {
   checkGroup,
@@ -29,7 +30,7 @@ import {
   routedQueueName,
 } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
-import { sealJob } from './sealed_job.js';
+import { OnceIds, sealJob } from './sealed_job.js';
 
 /** Longest an enqueue may take before the run fails with E_QUEUE_UNAVAILABLE. */
 const ADD_TIMEOUT_MS = 2000;
@@ -132,6 +133,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   if (typeof redis?.duplicate !== 'function')
     throw new TypeError('redis must be an ioredis Redis or Cluster client');
   const keys = new QueueKeys(options.secretKey);
+  const onceIds = new OnceIds();
   const waitMs = resolveDuration(options.wait ?? '60s', 'wait');
   const prefix = options.prefix ?? QUEUE_DEFAULTS.prefix;
   const base = options.name ?? QUEUE_DEFAULTS.name;
@@ -287,6 +289,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     events: QueueEvents,
     queueId: string,
     message: QueueMessage,
+    once: string,
     deadline: number,
   ): Promise<unknown> => {
     const { queue } = routed;
@@ -303,6 +306,9 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
           removeOnFail: true,
           stackTraceLimit: 0,
           attempts: 1,
+          // The replay guard (queue_claim.ts): no job is added again under this message's
+          // once-id until it is past its deadline, and a worker runs none added under another.
+          deduplication: { id: once, ttl: deadline + CLAIM_MARGIN_MS - Date.now() },
         }),
         new Promise((_, reject) => {
           late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
@@ -346,27 +352,31 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     const deadline = Math.ceil(Date.now() + waitMs);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
-    const message = sealJob(
-      keys,
-      place,
-      job,
-      origins.get(job) ?? 'unknown',
-      queueId,
-      deadline,
-      traceparent,
-      options.childUrl?.() ?? null,
-      (runOptions as NamedRunOptions | undefined)?.[NAMED_RUN] ?? null,
-    );
+    const seal = (once: string) =>
+      sealJob(
+        keys,
+        place,
+        job,
+        origins.get(job) ?? 'unknown',
+        queueId,
+        deadline,
+        traceparent,
+        options.childUrl?.() ?? null,
+        (runOptions as NamedRunOptions | undefined)?.[NAMED_RUN] ?? null,
+        once,
+      );
     // The add joins a job of the same queue id still there (another server's miss of the same
     // key: coalesced by design) — or a stale one, past its deadline, that its worker is about to
     // refuse: this run must not take that refusal for its own answer. So a refusal while this
     // run's own deadline is ahead is answered by adding once more (the stale job is gone by
-    // then); a second refusal is this run's. At most once more, and never twice executed: a
-    // refused job ran nothing, and the record's claim still refuses a replay.
+    // then), with a message of its own (a new once-id: the first may have been added and
+    // refused, and BullMQ would not add it again); a second refusal is this run's. At most once
+    // more, and never twice executed: a refused job ran nothing.
     let sealed: unknown;
     for (let attempt = 1; ; attempt++) {
+      const once = onceIds.next();
       try {
-        sealed = await addAndWait(routed, events, queueId, message, deadline);
+        sealed = await addAndWait(routed, events, queueId, seal(once), once, deadline);
         break;
       } catch (err) {
         if (!(err instanceof QueueJobRefusedError) || attempt > 1 || Date.now() >= deadline)

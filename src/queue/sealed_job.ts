@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
 import type { Job, RunOrigin } from '../job.js';
 import { type NamedRun, namedRunOf } from '../named_run.js';
@@ -29,7 +30,9 @@ export function sealJob(
   traceparent: string | null = null,
   childUrl: string | null = null,
   named: NamedRun | null = null,
+  once: string | null = null,
 ): QueueMessage {
+  if (once !== null && !ONCE_RE.test(once)) throw new TypeError('once must be a once-id');
   const fields: unknown[] = [
     job.id,
     job.runnable.path,
@@ -38,8 +41,15 @@ export function sealJob(
     JSON.stringify(job.perms),
     // The key the server's cache named for this run, beside the origin: in the one slot every
     // worker version skips, so a worker of an earlier version opens the record as before (it
-    // refuses a record with more fields) and one of this version uses it (named_run.ts).
-    named === null ? origin : { origin, digest: named.digest, fingerprint: named.fingerprint },
+    // refuses a record with more fields) and one of this version uses it (named_run.ts). So
+    // does the message's once-id: the deduplication id its job was added under (queue_claim.ts).
+    named === null && once === null
+      ? origin
+      : {
+          origin,
+          ...(named === null ? {} : { digest: named.digest, fingerprint: named.fingerprint }),
+          ...(once === null ? {} : { once }),
+        },
     job.cacheTtlS ?? null,
     traceparent,
   ];
@@ -95,8 +105,29 @@ export function openJobRecord(
     perms: permsFromJson(perms),
     ...(cacheTtlS === null ? {} : { cacheTtlS }),
   });
-  // A server of an earlier version wrote the origin alone: the worker derives the key itself.
-  return { job, traceparent, childUrl, named: namedRunOf(origin) };
+  // A server of an earlier version wrote the origin alone: the worker derives the key itself,
+  // and takes the job's claim (queue_claim.ts).
+  const once = (origin as { once?: unknown } | null)?.once;
+  if (once !== undefined && (typeof once !== 'string' || !ONCE_RE.test(once)))
+    throw new InvalidJobError('malformed record');
+  return { job, traceparent, childUrl, named: namedRunOf(origin), once: once ?? null };
+}
+
+/** A once-id: what a server's {@link OnceIds} makes (and room to change how). */
+const ONCE_RE = /^[A-Za-z0-9_.-]{8,80}$/;
+
+/**
+ * The once-ids of one process: a random prefix and a counter, so no two messages share one
+ * (a replay needs its own message's, which BullMQ keeps refusing until past the deadline). Not
+ * a secret: it is in the job's options in clear, as its deduplication id.
+ */
+export class OnceIds {
+  readonly #prefix = randomBytes(9).toString('base64url');
+  #n = 0;
+  next(): string {
+    this.#n += 1;
+    return `${this.#prefix}.${this.#n.toString(36)}`;
+  }
 }
 
 /** What a record holds besides the job. */
@@ -108,6 +139,11 @@ export interface OpenedRecord {
   readonly childUrl: string | null;
   /** The key the server's cache named for the run, or null (named_run.ts). */
   readonly named: NamedRun | null;
+  /**
+   * The deduplication id the server added the job under (its replay guard, queue_claim.ts), or
+   * null: a server of an earlier version, whose jobs are guarded by a claim.
+   */
+  readonly once: string | null;
 }
 
 function isHttpUrl(value: unknown): value is string {

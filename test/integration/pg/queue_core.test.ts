@@ -1,5 +1,5 @@
 import { createCipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
-import { Queue, Worker } from 'bullmq';
+import { type JobsOptions, Queue, Worker } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
@@ -13,6 +13,7 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../../../src/index.js';
+import { claimJob, claimKey } from '../../../src/queue/job_claims.js';
 import {
   fleetKey,
   fleetMember,
@@ -20,7 +21,7 @@ import {
   routedQueueName,
 } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
-import { openJobRecord, sealJob } from '../../../src/queue/sealed_job.js';
+import { OnceIds, openJobRecord, sealJob } from '../../../src/queue/sealed_job.js';
 import { deferred } from '../../helpers/deferred.js';
 import {
   app,
@@ -466,7 +467,7 @@ describe("a worker's entry write goes with its answer when the store is on the w
     };
   }
 
-  it('same Redis: the entry leaves on the connection that claims and finishes the job, before the finish', async () => {
+  it('same Redis: the entry leaves on the connection that finishes the job, before the finish', async () => {
     const server = await deploy.server({ group: 'affinity' });
     const watched = await watchedWorker('affinity', {});
     try {
@@ -477,12 +478,12 @@ describe("a worker's entry write goes with its answer when the store is on the w
         }),
       );
       const entry = seen.find((s) => s.key.startsWith(deploy.cachePrefix));
-      const claim = seen.find((s) => s.key.includes(':claim:') && s.args.includes('NX'));
-      const finish = seen.find((s) => s.key.includes(':claim:') && s.args.includes('XX'));
+      // A job of this version's server takes no claim; its finish marks one (job_claims.ts).
+      const finish = seen.find((s) => s.key.includes(':claim:'));
       expect(entry).toBeDefined();
-      expect(claim).toBeDefined();
       expect(finish).toBeDefined();
-      expect(entry!.source).toBe(claim!.source);
+      expect(finish!.args).not.toContain('NX');
+      expect(entry!.source).toBe(finish!.source);
       expect(entry!.name).not.toBe('vc-test-store');
       // One connection's commands run in order: the entry is in Redis before the answer.
       expect(seen.indexOf(entry!)).toBeLessThan(seen.indexOf(finish!));
@@ -543,10 +544,14 @@ describe('forged queue messages are refused', () => {
     return sealJob(sealKeys, place, job, 'app', queueId, Date.now() + 60_000);
   }
 
-  async function send(data: object, jobId = (data as { queueId: string }).queueId) {
+  async function send(
+    data: object,
+    jobId = (data as { queueId: string }).queueId,
+    extra: Partial<JobsOptions> = {},
+  ) {
     const queue = new Queue(QUEUE, { connection: deploy.redis, prefix: deploy.prefix });
     const before = deploy.outcomes.length;
-    await queue.add('run', data, { jobId, removeOnComplete: true, removeOnFail: true });
+    await queue.add('run', data, { jobId, removeOnComplete: true, removeOnFail: true, ...extra });
     await waitUntil('the worker answered', () => deploy.outcomes.length > before);
     // The worker records its outcome before BullMQ finishes the job: until the job is gone, a
     // next message under the same id would be taken for a duplicate and never run.
@@ -595,6 +600,63 @@ describe('forged queue messages are refused', () => {
     // None of these took the job's claim: the genuine message still runs, once.
     expect(await send(good)).toBe('ok');
     expect(await send(good)).toBe('E_QUEUE_JOB_REFUSED');
+  });
+
+  describe("a message of this version's server: its once-id, not a claim, refuses a replay", () => {
+    const onceIds = new OnceIds();
+    /** Sealed and added as a server of this version does (queue_executor.ts). */
+    function onceMessage(job: Job) {
+      const place = { prefix: deploy.prefix, name: QUEUE };
+      const queueId = keys.queueId(`once:${job.id}`);
+      const deadline = Date.now() + 60_000;
+      const once = onceIds.next();
+      const message = sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, once);
+      const added = { deduplication: { id: once, ttl: 120_000 } };
+      return { message, once, deadline, added };
+    }
+
+    it('runs once; put back under its once-id it is not added, whatever the add asks for', async () => {
+      await deploy.worker();
+      const job = await jobFor(ALICE);
+      const { message, added, deadline } = onceMessage(job);
+      const before = deploy.outcomes.length;
+      expect(await send(message, message.queueId, added)).toBe('ok');
+      const queue = new Queue(QUEUE, { connection: deploy.redis, prefix: deploy.prefix });
+      try {
+        for (const asked of [{}, { replace: true }, { extend: true }, { keepLastIfActive: true }]) {
+          await queue.add('run', message, {
+            jobId: message.queueId,
+            removeOnComplete: true,
+            deduplication: { ...added.deduplication, ...asked },
+          });
+          expect(await queue.getJob(message.queueId)).toBeUndefined();
+        }
+      } finally {
+        await queue.close();
+      }
+      // Without its once-id, or under another: added, and refused by the worker.
+      expect(await send(message)).toBe('E_QUEUE_JOB_REFUSED');
+      const another = { deduplication: { id: onceIds.next(), ttl: 120_000 } };
+      expect(await send(message, message.queueId, another)).toBe('E_QUEUE_JOB_REFUSED');
+      // Nothing put back ran (a put-back that had been added would be an outcome here).
+      expect(deploy.outcomes.slice(before).map((o) => o.code)).toEqual([
+        'ok',
+        'E_QUEUE_JOB_REFUSED',
+        'E_QUEUE_JOB_REFUSED',
+      ]);
+      // And a worker of an earlier version, which knows only claims, finds the job finished.
+      const claim = claimKey(deploy.prefix, QUEUE, job.id);
+      expect(await claimJob(deploy.redis as never, claim, deadline)).toBe(false);
+    });
+
+    it('added the first time without its once-id, it runs nothing (no claim to fall back on)', async () => {
+      await deploy.worker();
+      const job = await jobFor(ALICE);
+      const { message, added } = onceMessage(job);
+      expect(await send(message)).toBe('E_QUEUE_JOB_REFUSED');
+      // The genuine add still runs it: the refusal ran nothing and marked nothing.
+      expect(await send(message, message.queueId, added)).toBe('ok');
+    });
   });
 
   describe('the key its server named, sealed in the record', () => {
@@ -650,13 +712,20 @@ describe('forged queue messages are refused', () => {
         run.catch(() => {});
         const queue = new Queue(QUEUE, { connection: lone.redis, prefix: lone.prefix });
         let waiting: QueueMessage | undefined;
+        let addedUnder: unknown;
         await waitUntil('the message is queued', async () => {
-          waiting = (await queue.getWaiting())[0]?.data as QueueMessage | undefined;
+          const queued = (await queue.getWaiting())[0];
+          waiting = queued?.data as QueueMessage | undefined;
+          addedUnder = queued?.opts.deduplication?.id;
           return waiting !== undefined;
         });
         await queue.close();
         const place = { prefix: lone.prefix, name: QUEUE };
-        const named = openJobRecord(keys, place, waiting!)?.named;
+        const opened = openJobRecord(keys, place, waiting!);
+        // Added under the once-id its record names: the replay guard (queue_claim.ts).
+        expect(opened?.once).toMatch(/^[A-Za-z0-9_.-]{8,80}$/);
+        expect(addedUnder).toBe(opened?.once);
+        const named = opened?.named;
         expect(named?.digest).toMatch(/^[0-9a-f]{64}$/);
         // The queue id is the keyed hash of the key the server looked up: this digest's.
         expect(keys.queueId(`${WS}/cache/${named!.digest}`)).toBe(waiting!.queueId);
