@@ -87,8 +87,16 @@ export interface SeenSet {
  * over, names the connection there). Reads the server itself, not any client of ours.
  */
 export async function setsDuring(raw: Redis, act: () => Promise<unknown>): Promise<SeenSet[]> {
-  const monitor = await raw.monitor();
+  // Not `raw.monitor()`: ioredis marks a connection as monitoring a microtask after MONITOR's
+  // +OK, so monitor lines of other clients' commands read in the same chunk are taken for
+  // replies to no command, and `monitor()` rejects ("Command queue state error") — whenever
+  // another client is busy (another file's clean-up, on a shared Redis). With an error
+  // listener first, those lines (all from before `act`) are dropped and monitoring goes on.
+  const monitor = raw.duplicate({ monitor: true, lazyConnect: true });
   monitor.on('error', () => {});
+  const monitoring = new Promise<void>((resolve) => monitor.once('monitoring', () => resolve()));
+  await monitor.connect();
+  await monitoring;
   const seen: Omit<SeenSet, 'name'>[] = [];
   const marker = `sets-during-${randomBytes(4).toString('hex')}`;
   const done = new Promise<void>((resolve) => {
