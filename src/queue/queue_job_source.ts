@@ -38,8 +38,9 @@ export interface QueueJobSource {
    * The next queued job of `workspace` and `group` (default `'default'`), within `waitMs`; null
    * when none came. It is read from that workspace's and group's queue alone, so no other
    * workspace's or group's job is ever met. A message that does not verify, or is a replay, is
-   * refused (failed, E_QUEUE_JOB_REFUSED) exactly as a database worker refuses it. While takes of a queue are open (and for a lock duration after the last take or
-   * renewal), this source beats that queue's heartbeat, so servers see it taken.
+   * refused (failed, E_QUEUE_JOB_REFUSED) exactly as a database worker refuses it. While takes
+   * of a queue are open (and for a lock duration after the last take or renewal), this source
+   * beats that queue's heartbeat, so servers see it taken.
    */
   next(
     workspace: string,

@@ -84,8 +84,8 @@ export interface QueueWorker {
  * A queue worker: takes `{ workspace, queueId, deadline, record }` messages, runs a job only when
  * its record opens under the secret (bound to this queue, the workspace, the job id and the
  * deadline), the deadline has not passed and it is no replay (queue_claim.ts), and reads the
- * job — viewer included — from that sealed record alone.
- * Answers travel sealed to the queue id; failures as bare codes.
+ * job — viewer included — from that sealed record alone. Answers travel sealed to the queue id;
+ * failures as bare codes.
  */
 export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
   const { executor } = options;
