@@ -50,6 +50,21 @@ const WORK_ROUNDS = (() => {
   return rounds;
 })();
 
+/**
+ * `VC_QUEUE_BENCH_RESULT_KIB`: the result's rows come to about that many KiB of JSON (objects of
+ * an id, a name and an amount, as a data-table query returns), for reading what a large result
+ * costs each process; unset, the rows are twenty small numbers.
+ */
+const RESULT_KIB = Number(process.env['VC_QUEUE_BENCH_RESULT_KIB'] ?? 0);
+const ROWS: readonly unknown[] =
+  RESULT_KIB > 0
+    ? Array.from({ length: Math.round((RESULT_KIB * 1024) / 48) }, (_, i) => ({
+        id: i,
+        name: `row-${i.toString(36).padStart(6, '0')}`,
+        amount: (i * 7919) % 100_000,
+      }))
+    : Array.from({ length: 20 }, (_, i) => i);
+
 /** About 1 ms of CPU and a small result: the runnable of the queue scenarios. */
 export const QUEUE_BENCH_RUNNABLES: Record<string, RunnableDefinition> = {
   work: {
@@ -61,7 +76,7 @@ export const QUEUE_BENCH_RUNNABLES: Record<string, RunnableDefinition> = {
       return {
         n: args['n'] ?? null,
         spins: WORK_ROUNDS > 0 && mixed !== 0,
-        rows: Array.from({ length: 20 }, (_, i) => i),
+        rows: ROWS,
       };
     },
   },

@@ -2,7 +2,10 @@
 export interface JobResult {
   /** The job that asked (on a hit: the current job, not the one that first computed it). */
   readonly jobId: string;
-  /** The result value. On a cache hit it is parsed from the stored JSON on first access. */
+  /**
+   * The result value. On a cache hit, and on a miss a queue worker answered, it is parsed from
+   * the JSON bytes on first access.
+   */
   readonly value: unknown;
   /** True when served from the cache without executing. */
   readonly fromCache: boolean;
@@ -25,6 +28,8 @@ export interface JobResult {
 export class ComputedResult implements JobResult {
   readonly fromCache = false;
   #json: Uint8Array | undefined;
+  /** Made by {@link ComputedResult.received}: its value is parsed from its bytes when read. */
+  #received = false;
 
   constructor(
     readonly jobId: string,
@@ -45,6 +50,37 @@ export class ComputedResult implements JobResult {
     const result = new ComputedResult(jobId, value, stored);
     result.#json = json;
     return result;
+  }
+
+  /**
+   * A result computed elsewhere and received as its JSON bytes (a queue worker's answer): its
+   * value is parsed from them only if, and when, it is read. A server answering over HTTP
+   * forwards the bytes and never parses them.
+   */
+  static received(jobId: string, json: Uint8Array, stored = false): ComputedResult {
+    const result = new ComputedResult(jobId, undefined, stored);
+    result.#json = json;
+    result.#received = true;
+    let parsed: { readonly value: unknown } | undefined;
+    // An own accessor in place of the own data property: read like any result's value.
+    Object.defineProperty(result, 'value', {
+      enumerable: true,
+      get: () => {
+        parsed ??= { value: parseJson(json) };
+        return parsed.value;
+      },
+    });
+    return result;
+  }
+
+  /**
+   * `result` handed to another job (a flight's joiner, the cache in front of a queue) with its
+   * bytes `json`: still unparsed when `result` was received and is so far unread.
+   */
+  static again(jobId: string, result: JobResult, json: Uint8Array, stored = false): ComputedResult {
+    return result instanceof ComputedResult && result.#received
+      ? ComputedResult.received(jobId, json, stored)
+      : ComputedResult.withJson(jobId, result.value, json, stored);
   }
 }
 

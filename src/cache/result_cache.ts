@@ -405,7 +405,7 @@ class ResultCache implements CachedExecutor {
       // A value JSON cannot carry (never stored): joiners get the value, as the leader did.
       return new ComputedResult(job.id, shared.value);
     }
-    return ComputedResult.withJson(job.id, shared.value, json);
+    return ComputedResult.again(job.id, shared, json);
   }
 
   /** `behind`: the writes are sent, not awaited (`RunOptions.writeBehind`); #write never throws. */
@@ -428,7 +428,7 @@ class ResultCache implements CachedExecutor {
         // A worker wrote it under its own fingerprint check. Nothing ran here, so nothing is
         // learned from it (tracking would learn "depends on nothing"); joiners are still told
         // whether the fingerprint moved meanwhile, as for a result computed here.
-        const computed = ComputedResult.withJson(job.id, result.value, result.json(), true);
+        const computed = ComputedResult.again(job.id, result, result.json(), true);
         if (this.#fingerprint === null) return computed;
         let now: string | null | undefined;
         try {

@@ -385,7 +385,9 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     }
     const json = keys.openResult(queueId, sealed);
     if (json === null) throw new QueueResultInvalidError();
-    return ComputedResult.withJson(job.id, JSON.parse(json.toString('utf8')), json, true);
+    // Parsed only if read: an HTTP answer forwards these bytes (the worker's own serialisation,
+    // authenticated by the seal) without parsing them.
+    return ComputedResult.received(job.id, json, true);
   };
 
   // Traced: a PRODUCER span around the enqueue and the wait, whose context travels sealed in

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { InvalidJobError } from '../../src/errors.js';
 import type { JobPerms, RunOrigin } from '../../src/index.js';
 import {
@@ -364,6 +364,38 @@ describe('results', () => {
     expect(Buffer.from(bytes).toString('utf8')).toBe('{"a":[1,"é"]}');
     expect(result.json()).toBe(bytes);
     expect(Buffer.from(new ComputedResult('j', undefined).json()).toString()).toBe('null');
+  });
+
+  it('a received ComputedResult hands back its bytes and parses them only when value is read', () => {
+    const bytes = Buffer.from('{"rows":[1,{"b":2}]}');
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      const result = ComputedResult.received('j', bytes, true);
+      expect(result).toMatchObject({ jobId: 'j', fromCache: false, stored: true });
+      expect(result.json()).toBe(bytes);
+      // Handed on (the cache in front of a queue, a flight's joiner): still not parsed.
+      const again = ComputedResult.again('k', result, result.json());
+      expect(again).toMatchObject({ jobId: 'k', fromCache: false, stored: false });
+      expect(again.json()).toBe(bytes);
+      expect(parse).not.toHaveBeenCalled();
+      expect(result.value).toEqual({ rows: [1, { b: 2 }] });
+      expect(result.value).toBe(result.value);
+      expect(parse).toHaveBeenCalledTimes(1);
+      // Each holder parses its own copy: a joiner's writes never reach the leader's value.
+      expect(again.value).toEqual(result.value);
+      expect(again.value).not.toBe(result.value);
+      expect({ ...result }.value).toEqual({ rows: [1, { b: 2 }] });
+    } finally {
+      parse.mockRestore();
+    }
+  });
+
+  it('ComputedResult.again keeps the value of a result computed here', () => {
+    const value = { a: 1 };
+    const computed = new ComputedResult('j', value);
+    const again = ComputedResult.again('k', computed, computed.json(), true);
+    expect(again.value).toBe(value);
+    expect(again).toMatchObject({ jobId: 'k', stored: true });
   });
 
   it('StoredResult hands back its bytes and parses them only when value is read', () => {
