@@ -117,11 +117,12 @@ const selfAlias = [
 ];
 
 /**
- * Per integration project (a project does not inherit it): a worker runs its files one after another on the
+ * Per project (a project does not inherit it): a worker runs its files one after another on the
  * modules it has loaded, instead of loading the library afresh for each file — about a second of
- * imports per file, 250 s of the suite's 1,876 s on a slow night. Files share no module state (no
- * mocks, stubs or env writes; every global a file sets, such as OpenTelemetry's, it unsets in
- * afterAll).
+ * imports per file, 250 s of the suite's 1,876 s on a slow night; the unit project alone 72 s ->
+ * 41 s. Files share no module state (no mocks, stubs or env writes; every global a file sets,
+ * such as OpenTelemetry's, it unsets in afterAll), and a file that leaves a builtin changed fails
+ * itself (test/helpers/builtins_intact.ts).
  */
 const isolate = false;
 
@@ -141,8 +142,7 @@ export default defineConfig({
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
           setupFiles: ['test/setup_warnings.ts'],
-          // Isolated still: in another order (a clean clone's, with no recorded durations) 47
-          // unit files failed to load after one of them, and the unit files import little.
+          isolate,
         },
       },
       {

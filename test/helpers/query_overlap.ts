@@ -9,6 +9,11 @@ export const QUERY_OVERLAP = /already executing a query/;
 
 /** Makes the warning fail this process's test run (test/setup_warnings.ts calls it). */
 export function failOnQueryOverlap(): void {
+  // Once per process: a setup file runs again for every file of a worker that is not isolated.
+  const installed = Symbol.for('viewer-cache.test.query-overlap');
+  const holder = globalThis as { [installed]?: true };
+  if (holder[installed]) return;
+  holder[installed] = true;
   process.on('warning', (warning) => {
     if (QUERY_OVERLAP.test(warning.message)) {
       throw new Error(`pg query overlap: ${warning.message}\n${warning.stack ?? ''}`);

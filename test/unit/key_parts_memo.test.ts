@@ -311,8 +311,10 @@ describe('a run key found from its parts', () => {
             const a = pool[s.pick % pool.length]!;
             if (s.change !== undefined) {
               const [kind, name, v, nested] = s.change;
+              // Only an own value: `a.__proto__` of args without that own key is
+              // Object.prototype, and changing it would change every object of the process.
               const target =
-                nested && typeof a[name] === 'object' && a[name] !== null
+                nested && Object.hasOwn(a, name) && typeof a[name] === 'object' && a[name] !== null
                   ? (a[name] as Record<string, unknown>)
                   : a;
               if (kind === 'push' && Array.isArray(target)) target.push(v);
