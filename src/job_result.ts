@@ -75,7 +75,8 @@ export class ComputedResult implements JobResult {
 
   /**
    * `result` handed to another job (a flight's joiner, the cache in front of a queue) with its
-   * bytes `json`: still unparsed when `result` was received and is so far unread.
+   * bytes `json`. A received result stays unparsed: each holder parses its own copy if it reads
+   * the value.
    */
   static again(jobId: string, result: JobResult, json: Uint8Array, stored = false): ComputedResult {
     return result instanceof ComputedResult && result.#received
