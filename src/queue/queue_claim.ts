@@ -17,6 +17,10 @@ export interface ClaimedQueueJob {
   readonly childUrl: string | null;
   /** The key the server's cache named for the run (sealed), or null: named_run.ts. */
   readonly named: NamedRun | null;
+  /** The message's once-id (sealed), or null: a server of an earlier version. */
+  readonly once: string | null;
+  /** The server reads a large answer by reference (answer_refs.ts). */
+  readonly answersByRef: boolean;
   /** Marks the job finished (its message is refused from now on): before answering. */
   finish(): Promise<void>;
 }

@@ -19,6 +19,7 @@ import { type Logger, silentLogger } from '../logger.js';
 import { NAMED_RUN, type NamedRunOptions } from '../named_run.js';
 import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
+import { ANSWER_TTL_MS, answerKey, referredOnce } from './answer_refs.js';
 import { CLAIM_MARGIN_MS } from './job_claims.js';
 import { type FleetRedis, FleetView } from './queue_fleet.js';
 import {
@@ -30,10 +31,15 @@ import {
   routedQueueName,
 } from './queue_names.js';
 import { QueueKeys } from './queue_seal.js';
-import { OnceIds, sealJob } from './sealed_job.js';
+import { OnceIds, type QueuePlace, sealJob } from './sealed_job.js';
 
 /** Longest an enqueue may take before the run fails with E_QUEUE_UNAVAILABLE. */
 const ADD_TIMEOUT_MS = 2000;
+
+/** What reading a kept answer needs of the server's connection (an ioredis client). */
+interface AnswerReader {
+  get(key: string): Promise<string | null>;
+}
 
 /** How often a miss whose queue has no taker looks again while it waits for one. */
 const NO_WORKERS_POLL_MS = 250;
@@ -322,6 +328,33 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     return answer;
   };
 
+  /** The sealed answer an event carried, or the one it refers to (answer_refs.ts). */
+  const answerOf = async (place: QueuePlace, returned: unknown): Promise<unknown> => {
+    const once = referredOnce(returned);
+    if (once === null) return returned;
+    if (once === false) throw new QueueResultInvalidError();
+    let kept: string | null;
+    let late: NodeJS.Timeout | undefined;
+    try {
+      kept = await Promise.race([
+        (producer as unknown as AnswerReader).get(answerKey(place, once)),
+        new Promise<never>((_, reject) => {
+          late = setTimeout(() => reject(new Error('no answer')), ADD_TIMEOUT_MS);
+        }),
+      ]);
+    } catch (err) {
+      throw new QueueUnavailableError(undefined, { cause: err });
+    } finally {
+      clearTimeout(late);
+    }
+    // Only a server that read the event more than ANSWER_TTL_MS late (or a Redis writer).
+    if (kept === null)
+      throw new QueueTimeoutError(
+        `the worker's answer was gone when this server read it (kept ${ANSWER_TTL_MS} ms)`,
+      );
+    return kept;
+  };
+
   const enqueue = async (
     job: Job,
     runOptions: RunOptions | undefined,
@@ -364,6 +397,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
         options.childUrl?.() ?? null,
         (runOptions as NamedRunOptions | undefined)?.[NAMED_RUN] ?? null,
         once,
+        true,
       );
     // The add joins a job of the same queue id still there (another server's miss of the same
     // key: coalesced by design) — or a stale one, past its deadline, that its worker is about to
@@ -383,7 +417,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
           throw err;
       }
     }
-    const json = keys.openResult(queueId, sealed);
+    const json = keys.openResult(queueId, await answerOf(place, sealed));
     if (json === null) throw new QueueResultInvalidError();
     // Parsed only if read: an HTTP answer forwards these bytes (the worker's own serialisation,
     // authenticated by the seal) without parsing them.

@@ -2,6 +2,7 @@ import { type Job as BullJob, type ConnectionOptions, UnrecoverableError, Worker
 import { QueueJobRefusedError } from '../errors.js';
 import type { Job } from '../job.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
+import { type AnswerRedis, INLINE_ANSWER_MAX, keepAnswer } from './answer_refs.js';
 import type { ClaimRedis } from './job_claims.js';
 import { type ClaimedQueueJob, claimQueuedJob } from './queue_claim.js';
 import {
@@ -86,7 +87,8 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
     zadd(key: string, score: number, member: string): Promise<unknown>;
     zrem(key: string, member: string): Promise<unknown>;
     ping(): Promise<unknown>;
-  } & ClaimRedis;
+  } & ClaimRedis &
+    AnswerRedis;
   connection.on('error', (err) => logger.debug({ err: err.message }, 'job source redis error'));
 
   const beatKey = fleetKey(prefix, base);
@@ -177,7 +179,15 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
         );
       },
       complete: (json) =>
-        end(() => bull.moveToCompleted(keys.sealResult(queueId, json), token, false)),
+        end(async () => {
+          const sealed = keys.sealResult(queueId, json);
+          // A large answer waits in Redis under a key of its own, as a worker's does.
+          const answer =
+            claimed.answersByRef && claimed.once !== null && sealed.length > INLINE_ANSWER_MAX
+              ? await keepAnswer(connection, l.place, claimed.once, sealed)
+              : sealed;
+          return bull.moveToCompleted(answer, token, false);
+        }),
       fail: (code) => end(() => bull.moveToFailed(new UnrecoverableError(code), token, false)),
     };
   };

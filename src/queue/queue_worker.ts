@@ -6,6 +6,7 @@ import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type CorkableClient, corkForTick } from '../util/tick_cork.js';
 import { withWriteAffinity } from '../util/write_affinity.js';
+import { type AnswerRedis, INLINE_ANSWER_MAX, keepAnswer } from './answer_refs.js';
 import type { ClaimRedis } from './job_claims.js';
 import { claimQueuedJob, queueFailureCode } from './queue_claim.js';
 import {
@@ -159,7 +160,11 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
         const json = result.json();
         finishBeforeAnswer(connection, claimed);
         finished({ path, code: 'ok', ms: performance.now() - started, ...queued(bullJob), depth });
-        return keys.sealResult(message.queueId, json);
+        const sealed = keys.sealResult(message.queueId, json);
+        // A large answer waits in Redis under a key of its own, not in the event stream.
+        return claimed.answersByRef && claimed.once !== null && sealed.length > INLINE_ANSWER_MAX
+          ? await keepAnswer(connection, place, claimed.once, sealed)
+          : sealed;
       } catch (thrown) {
         finishBeforeAnswer(connection, claimed);
         const code = queueFailureCode(thrown);
@@ -179,7 +184,8 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
     zrem(key: string, member: string): Promise<unknown>;
     zremrangebyscore(key: string, min: number | string, max: number | string): Promise<unknown>;
     readonly status: string;
-  } & ClaimRedis;
+  } & ClaimRedis &
+    AnswerRedis;
   connection.on('error', (err) => logger.debug({ err: err.message }, 'worker redis error'));
   // BullMQ workers on each workspace's queue of this group only (no other queue): `concurrency`
   // slots in all per workspace, split between them.

@@ -31,6 +31,8 @@ export function sealJob(
   childUrl: string | null = null,
   named: NamedRun | null = null,
   once: string | null = null,
+  /** This server reads large answers by reference (answer_refs.ts); earlier versions do not. */
+  answersByRef = false,
 ): QueueMessage {
   if (once !== null && !ONCE_RE.test(once)) throw new TypeError('once must be a once-id');
   const fields: unknown[] = [
@@ -42,13 +44,15 @@ export function sealJob(
     // The key the server's cache named for this run, beside the origin: in the one slot every
     // worker version skips, so a worker of an earlier version opens the record as before (it
     // refuses a record with more fields) and one of this version uses it (named_run.ts). So
-    // does the message's once-id: the deduplication id its job was added under (queue_claim.ts).
-    named === null && once === null
+    // does the message's once-id: the deduplication id its job was added under (queue_claim.ts);
+    // and whether the server reads a large answer by reference (answer_refs.ts).
+    named === null && once === null && !answersByRef
       ? origin
       : {
           origin,
           ...(named === null ? {} : { digest: named.digest, fingerprint: named.fingerprint }),
           ...(once === null ? {} : { once }),
+          ...(answersByRef ? { byRef: 1 } : {}),
         },
     job.cacheTtlS ?? null,
     traceparent,
@@ -110,11 +114,25 @@ export function openJobRecord(
   const once = (origin as { once?: unknown } | null)?.once;
   if (once !== undefined && (typeof once !== 'string' || !ONCE_RE.test(once)))
     throw new InvalidJobError('malformed record');
-  return { job, traceparent, childUrl, named: namedRunOf(origin), once: once ?? null };
+  const byRef = (origin as { byRef?: unknown } | null)?.byRef;
+  if (byRef !== undefined && byRef !== 1) throw new InvalidJobError('malformed record');
+  return {
+    job,
+    traceparent,
+    childUrl,
+    named: namedRunOf(origin),
+    once: once ?? null,
+    answersByRef: byRef === 1,
+  };
 }
 
 /** A once-id: what a server's {@link OnceIds} makes (and room to change how). */
 const ONCE_RE = /^[A-Za-z0-9_.-]{8,80}$/;
+
+/** Whether `value` has a once-id's form. */
+export function isOnceId(value: string): boolean {
+  return ONCE_RE.test(value);
+}
 
 /**
  * The once-ids of one process: a random prefix and a counter, so no two messages share one
@@ -144,6 +162,8 @@ export interface OpenedRecord {
    * null: a server of an earlier version, whose jobs are guarded by a claim.
    */
   readonly once: string | null;
+  /** The server reads a large answer by reference (answer_refs.ts): earlier versions do not. */
+  readonly answersByRef: boolean;
 }
 
 function isHttpUrl(value: unknown): value is string {

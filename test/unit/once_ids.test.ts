@@ -69,4 +69,25 @@ describe('once-ids', () => {
       sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, 'a b'),
     ).toThrow(TypeError);
   });
+
+  it("say, beside them, that this version's server reads a large answer by reference", () => {
+    const once = new OnceIds().next();
+    const byRef = sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, once, true);
+    const inline = sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, once);
+    expect(openJobRecord(keys, place, byRef)).toMatchObject({ once, answersByRef: true });
+    expect(openJobRecord(keys, place, inline)).toMatchObject({ once, answersByRef: false });
+    // A record of an earlier version (the origin alone) is answered inline.
+    expect(openJobRecord(keys, place, withOrigin('app'))?.answersByRef).toBe(false);
+    // In slot 5 only: a worker of an earlier version reads every other slot as before.
+    const [fa, fc] = [
+      fields(byRef.record),
+      fields(sealJob(keys, place, job, 'app', queueId, deadline).record),
+    ];
+    expect(fa.filter((_, i) => i !== 5)).toEqual(fc.filter((_, i) => i !== 5));
+    // Anything but the flag itself fails closed.
+    for (const bad of [true, 0, 2, '1', null, {}])
+      expect(() => openJobRecord(keys, place, withOrigin({ origin: 'app', byRef: bad }))).toThrow(
+        InvalidJobError,
+      );
+  });
 });

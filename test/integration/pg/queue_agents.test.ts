@@ -221,6 +221,40 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     expect(answer.result).toEqual(['kept']);
   });
 
+  it('a large answer from an agent reaches the server that enqueued it, kept under a key of its own', async () => {
+    const args = { large: randomBytes(4).toString('hex') };
+    const value = Array.from({ length: 1500 }, (_, i) => ({ i, note: `row ${i} of the agent` }));
+    const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
+    const taken = await takeWith(urls[1]!, args);
+    const finish = await agentPost(
+      urls[1]!,
+      `/api/agent/jobs/${taken.job.id}/finish`,
+      tokens['silent']!,
+      { ok: true, value },
+    );
+    expect(finish.status).toBe(204);
+    const answer = await pending;
+    expect(answer.status, answer.text).toBe(200);
+    expect(answer.result).toEqual(value);
+    // By reference (answer_refs.ts): the event stream carried `@<once-id>`, not the answer.
+    const redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
+    try {
+      const [stream] = await redis.keys(`${QUEUE_PREFIX}:*:events`);
+      const entries = (await redis.xrevrange(stream!, '+', '-', 'COUNT', 500)) as [
+        string,
+        string[],
+      ][];
+      const returned = entries.flatMap(([, fields]) =>
+        fields[1] === 'completed' ? [String(fields[fields.indexOf('returnvalue') + 1])] : [],
+      );
+      expect(returned.some((r) => /^"@[A-Za-z0-9_.-]{8,80}"$/.test(r))).toBe(true);
+      expect(returned.every((r) => r.length < 16 * 1024)).toBe(true);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it('an agent on server B answers, as the viewer, a miss enqueued by server A; and a job whose first agent went silent', async () => {
     // The silent agent takes Alice's job through A and never beats; then a real agent worker
     // starts, on B.
