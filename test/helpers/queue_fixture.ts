@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { Worker } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import type { Datatables } from '../../src/datatable/datatables.js';
@@ -18,6 +19,7 @@ import {
   SharedJobTokens,
   withResultCache,
 } from '../../src/index.js';
+import { fleetKey, fleetMember, routedQueueName } from '../../src/queue/queue_names.js';
 import { settleWithin } from '../../src/util/settle_within.js';
 import { SECRET_KEY } from './orders_db.js';
 
@@ -141,6 +143,31 @@ export class QueueDeployment {
     this.#closers.push(() => worker.close());
     await worker.ready();
     return worker;
+  }
+
+  /**
+   * A rogue worker of workspace `workspace`'s default queue (anyone who can write to Redis):
+   * every job it takes is answered with `answer()`. It beats as a worker of the queue does, so
+   * servers enqueue; closed with the deployment.
+   */
+  async rogue(workspace: string, answer: () => unknown): Promise<Worker> {
+    const connection = this.redis.duplicate();
+    connection.on('error', () => {});
+    const rogue = new Worker(routedQueueName('jobs', workspace, 'default'), async () => answer(), {
+      connection,
+      prefix: this.prefix,
+    });
+    this.#closers.push(async () => {
+      await rogue.close();
+      connection.disconnect();
+    });
+    await rogue.waitUntilReady();
+    await this.redis.zadd(
+      fleetKey(this.prefix, 'jobs'),
+      Date.now(),
+      fleetMember(workspace, 'default', 'rogue'),
+    );
+    return rogue;
   }
 
   /** Every key of the queue and the cache, with its value as text (whatever its type). */

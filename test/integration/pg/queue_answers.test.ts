@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { Queue, Worker } from 'bullmq';
+import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
 import type { RunnableDefinition } from '../../../src/index.js';
 import { ANSWER_TTL_MS, answerKey, INLINE_ANSWER_MAX } from '../../../src/queue/answer_refs.js';
-import { fleetKey, fleetMember, routedQueueName } from '../../../src/queue/queue_names.js';
+import { routedQueueName } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
 import { OnceIds, sealJob } from '../../../src/queue/sealed_job.js';
 import {
@@ -188,17 +188,8 @@ describe("a worker's answer", () => {
       60_000,
     );
     let answer = '';
-    const rogue = new Worker(QUEUE, async () => answer, {
-      connection: lone.redis.duplicate(),
-      prefix: lone.prefix,
-    });
     try {
-      await rogue.waitUntilReady();
-      await lone.redis.zadd(
-        fleetKey(lone.prefix, 'jobs'),
-        Date.now(),
-        fleetMember(WS, 'default', 'rogue'),
-      );
+      await lone.rogue(WS, () => answer);
       const server = await lone.server({ wait: 5000 });
       const attempt = (a: string) => {
         answer = a;
@@ -212,7 +203,6 @@ describe("a worker's answer", () => {
       await expect(attempt('@no')).rejects.toMatchObject({ code: 'E_QUEUE_RESULT_INVALID' });
       await expect(attempt('@../../etc')).rejects.toMatchObject({ code: 'E_QUEUE_RESULT_INVALID' });
     } finally {
-      await rogue.close();
       await lone.close();
     }
   });

@@ -1,5 +1,5 @@
 import { createCipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
-import { type JobsOptions, Queue, Worker } from 'bullmq';
+import { type JobsOptions, Queue } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
@@ -756,24 +756,13 @@ describe('forged queue messages are refused', () => {
     // rows, on a deployment of its own where no honest worker competes for the job.
     const lone = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
     const aliceSealed = keys.sealResult(keys.queueId('alice-flight'), Buffer.from('[1,3]'));
-    const rogue = new Worker(QUEUE, async () => aliceSealed, {
-      connection: lone.redis.duplicate(),
-      prefix: lone.prefix,
-    });
     try {
-      await rogue.waitUntilReady();
-      // It beats as a worker of the queue does, so the server enqueues.
-      await lone.redis.zadd(
-        fleetKey(lone.prefix, 'jobs'),
-        Date.now(),
-        fleetMember(WS, 'default', 'rogue'),
-      );
+      await lone.rogue(WS, () => aliceSealed);
       const server = await lone.server({ wait: 5000 });
       await expect(
         runFor(server.registry, 'uncached', app(BOB), { through: server.cached }),
       ).rejects.toMatchObject({ code: 'E_QUEUE_RESULT_INVALID' });
     } finally {
-      await rogue.close();
       await lone.close();
     }
   });
