@@ -21,6 +21,8 @@ export interface ClaimedQueueJob {
   readonly once: string | null;
   /** The server reads a large answer by reference (answer_refs.ts). */
   readonly answersByRef: boolean;
+  /** The server's reply id: answer on its channel too (direct_replies.ts); or null. */
+  readonly replyTo: string | null;
   /** Marks the job finished (its message is refused from now on): before answering. */
   finish(): Promise<void>;
 }

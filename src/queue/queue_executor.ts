@@ -20,6 +20,7 @@ import { NAMED_RUN, type NamedRunOptions } from '../named_run.js';
 import { inSpan, SpanKind, sdkTracer, traceparentOf } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { ANSWER_TTL_MS, answerKey, referredOnce } from './answer_refs.js';
+import { DirectReplies, type ReplySubscriber } from './direct_replies.js';
 import { CLAIM_MARGIN_MS } from './job_claims.js';
 import { type FleetRedis, FleetView } from './queue_fleet.js';
 import {
@@ -129,8 +130,9 @@ export interface QueueExecutor extends Executor {
  * under the deployment secret, bound to the queue, workspace, queue id and deadline (see
  * sealed_job.ts): no Postgres round trip. The message goes under a BullMQ job id that is a
  * keyed hash of the full key: identical misses in flight on any server are one queued job,
- * misses of two viewers are two. The answer comes back on BullMQ's event stream (a blocking
- * read, no polling), sealed to that queue id; failures arrive as codes.
+ * misses of two viewers are two. The answer comes back sealed to that queue id, on BullMQ's
+ * event stream (a blocking read, no polling) and, sooner, straight from the worker on this
+ * server's own channel (direct_replies.ts); failures arrive as codes.
  */
 export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExecutor {
   const { executor, redis } = options;
@@ -158,6 +160,13 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     return client;
   };
   const producer = duplicate();
+  // Where this server's workers answer it straight away (direct_replies.ts): one subscriber.
+  const replies = new DirectReplies(
+    duplicate() as unknown as ReplySubscriber,
+    prefix,
+    base,
+    logger,
+  );
   const fleet = new FleetView(
     producer as unknown as FleetRedis,
     fleetKey(prefix, base),
@@ -258,24 +267,53 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   /** The origin kind of jobs built here, for their record. */
   const origins = new WeakMap<Job, RunOrigin['kind']>();
 
+  /**
+   * What a run's wait ends with: the return value of the job's `completed` event (a sealed
+   * answer, or a reference to one), or a direct reply that already opened for this run.
+   */
+  type Arrived = { readonly returned: unknown } | { readonly opened: Buffer };
+
+  /**
+   * Waits for the job of `queueId` on the event stream and, when its record names this server's
+   * reply id, for the worker's direct reply to the message with once-id `once` too: the first
+   * to come answers. A direct reply is taken only when it opens for this queue id or is the
+   * reference to this message's kept answer (the event's own checks, made here, so that one
+   * that fails them is dropped and the event answers instead of failing the run).
+   */
   const waitFor = (
     events: QueueEvents,
     queueId: string,
+    once: string,
+    direct: boolean,
     since: number,
     ms: number,
-  ): Promise<unknown> =>
+  ): Promise<Arrived> =>
     new Promise((resolve, reject) => {
       const earlier = (id: string) => Number.parseInt(id, 10) < since;
       const done = () => {
         clearTimeout(timer);
         events.off(`completed:${queueId}` as 'completed', onCompleted);
         events.off(`failed:${queueId}` as 'failed', onFailed);
+        if (direct) replies.forget(once);
       };
       const onCompleted = (args: { returnvalue: unknown }, id: string) => {
         if (earlier(id)) return;
         done();
-        resolve(args.returnvalue);
+        resolve({ returned: args.returnvalue });
       };
+      if (direct)
+        replies.expect(once, (answer) => {
+          if (referredOnce(answer) === once) {
+            done();
+            resolve({ returned: answer });
+            return true;
+          }
+          const opened = keys.openResult(queueId, answer);
+          if (opened === null) return false;
+          done();
+          resolve({ opened });
+          return true;
+        });
       const onFailed = (args: { failedReason: string }, id: string) => {
         if (earlier(id)) return;
         done();
@@ -296,11 +334,19 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     queueId: string,
     message: QueueMessage,
     once: string,
+    direct: boolean,
     deadline: number,
-  ): Promise<unknown> => {
+  ): Promise<Arrived> => {
     const { queue } = routed;
     // Subscribed before adding: a job that finishes at once is not missed.
-    const answer = waitFor(events, queueId, routed.since, Math.max(0, deadline - Date.now()));
+    const answer = waitFor(
+      events,
+      queueId,
+      once,
+      direct,
+      routed.since,
+      Math.max(0, deadline - Date.now()),
+    );
     answer.catch(() => {});
     let late: NodeJS.Timeout | undefined;
     try {
@@ -385,7 +431,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     const deadline = Math.ceil(Date.now() + waitMs);
     // The record outlives the wait by nothing: a worker that reaches the job after the server
     // gave up finds it past its deadline and refuses it.
-    const seal = (once: string) =>
+    const seal = (once: string, replyTo: string | null) =>
       sealJob(
         keys,
         place,
@@ -398,6 +444,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
         (runOptions as NamedRunOptions | undefined)?.[NAMED_RUN] ?? null,
         once,
         true,
+        replyTo,
       );
     // The add joins a job of the same queue id still there (another server's miss of the same
     // key: coalesced by design) — or a stale one, past its deadline, that its worker is about to
@@ -406,18 +453,30 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
     // then), with a message of its own (a new once-id: the first may have been added and
     // refused, and BullMQ would not add it again); a second refusal is this run's. At most once
     // more, and never twice executed: a refused job ran nothing.
-    let sealed: unknown;
+    let arrived: Arrived;
     for (let attempt = 1; ; attempt++) {
       const once = onceIds.next();
+      const replyTo = replies.replyTo;
       try {
-        sealed = await addAndWait(routed, events, queueId, seal(once), once, deadline);
+        arrived = await addAndWait(
+          routed,
+          events,
+          queueId,
+          seal(once, replyTo),
+          once,
+          replyTo !== null,
+          deadline,
+        );
         break;
       } catch (err) {
         if (!(err instanceof QueueJobRefusedError) || attempt > 1 || Date.now() >= deadline)
           throw err;
       }
     }
-    const json = keys.openResult(queueId, await answerOf(place, sealed));
+    const json =
+      'opened' in arrived
+        ? arrived.opened
+        : keys.openResult(queueId, await answerOf(place, arrived.returned));
     if (json === null) throw new QueueResultInvalidError();
     // Parsed only if read: an HTTP answer forwards these bytes (the worker's own serialisation,
     // authenticated by the seal) without parsing them.
@@ -450,6 +509,8 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       // Connected, and the fleet read once (so the first misses know who takes what).
       await fleet.read().catch(() => {});
       await (producer as unknown as { ping(): Promise<unknown> }).ping();
+      // Never fails: without its subscription a server waits on the events alone.
+      await replies.started;
     },
     async liveWorkers() {
       let n = 0;
@@ -478,6 +539,7 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
         closing.add(r.events.then((events) => events.close()).catch(() => {}));
       }
       await settleWithin(closing, CLOSE_WAIT_MS);
+      replies.close();
       for (const client of [producer, ...[...routes.values()].map((r) => r.listener)])
         (client as unknown as { disconnect(): void }).disconnect();
     },

@@ -3,6 +3,7 @@ import { QueueJobRefusedError } from '../errors.js';
 import type { Job } from '../job.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type AnswerRedis, INLINE_ANSWER_MAX, keepAnswer } from './answer_refs.js';
+import { type ReplyPublisher, replyChannel, sendReply } from './direct_replies.js';
 import type { ClaimRedis } from './job_claims.js';
 import { type ClaimedQueueJob, claimQueuedJob } from './queue_claim.js';
 import {
@@ -88,7 +89,8 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
     zrem(key: string, member: string): Promise<unknown>;
     ping(): Promise<unknown>;
   } & ClaimRedis &
-    AnswerRedis;
+    AnswerRedis &
+    ReplyPublisher;
   connection.on('error', (err) => logger.debug({ err: err.message }, 'job source redis error'));
 
   const beatKey = fleetKey(prefix, base);
@@ -186,6 +188,15 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
             claimed.answersByRef && claimed.once !== null && sealed.length > INLINE_ANSWER_MAX
               ? await keepAnswer(connection, l.place, claimed.once, sealed)
               : sealed;
+          // Straight to the server that waits, as a worker's (direct_replies.ts): sent before
+          // the completion, in a write of its own (nothing corks this connection).
+          if (claimed.replyTo !== null && claimed.once !== null)
+            sendReply(
+              connection,
+              replyChannel(prefix, base, claimed.replyTo),
+              claimed.once,
+              answer,
+            );
           return bull.moveToCompleted(answer, token, false);
         }),
       fail: (code) => end(() => bull.moveToFailed(new UnrecoverableError(code), token, false)),

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { InvalidJobError } from '../errors.js';
 import type { Job, RunOrigin } from '../job.js';
 import { type NamedRun, namedRunOf } from '../named_run.js';
+import { isReplyId } from './direct_replies.js';
 import { permsFromJson } from './job_records.js';
 import type { QueueMessage } from './queue_names.js';
 import type { QueueKeys } from './queue_seal.js';
@@ -33,8 +34,11 @@ export function sealJob(
   once: string | null = null,
   /** This server reads large answers by reference (answer_refs.ts); earlier versions do not. */
   answersByRef = false,
+  /** The server's reply id: its worker also answers on that channel (direct_replies.ts). */
+  replyTo: string | null = null,
 ): QueueMessage {
   if (once !== null && !ONCE_RE.test(once)) throw new TypeError('once must be a once-id');
+  if (replyTo !== null && !isReplyId(replyTo)) throw new TypeError('replyTo must be a reply id');
   const fields: unknown[] = [
     job.id,
     job.runnable.path,
@@ -45,14 +49,16 @@ export function sealJob(
     // worker version skips, so a worker of an earlier version opens the record as before (it
     // refuses a record with more fields) and one of this version uses it (named_run.ts). So
     // does the message's once-id: the deduplication id its job was added under (queue_claim.ts);
-    // and whether the server reads a large answer by reference (answer_refs.ts).
-    named === null && once === null && !answersByRef
+    // and whether the server reads a large answer by reference (answer_refs.ts), and where
+    // it takes a direct reply (direct_replies.ts).
+    named === null && once === null && !answersByRef && replyTo === null
       ? origin
       : {
           origin,
           ...(named === null ? {} : { digest: named.digest, fingerprint: named.fingerprint }),
           ...(once === null ? {} : { once }),
           ...(answersByRef ? { byRef: 1 } : {}),
+          ...(replyTo === null ? {} : { reply: replyTo }),
         },
     job.cacheTtlS ?? null,
     traceparent,
@@ -116,6 +122,10 @@ export function openJobRecord(
     throw new InvalidJobError('malformed record');
   const byRef = (origin as { byRef?: unknown } | null)?.byRef;
   if (byRef !== undefined && byRef !== 1) throw new InvalidJobError('malformed record');
+  // A reply goes to the server's channel with the once-id: a record with one needs the other.
+  const reply = (origin as { reply?: unknown } | null)?.reply;
+  if (reply !== undefined && (!isReplyId(reply) || once === undefined))
+    throw new InvalidJobError('malformed record');
   return {
     job,
     traceparent,
@@ -123,6 +133,7 @@ export function openJobRecord(
     named: namedRunOf(origin),
     once: once ?? null,
     answersByRef: byRef === 1,
+    replyTo: reply ?? null,
   };
 }
 
@@ -164,6 +175,8 @@ export interface OpenedRecord {
   readonly once: string | null;
   /** The server reads a large answer by reference (answer_refs.ts): earlier versions do not. */
   readonly answersByRef: boolean;
+  /** The server's reply id (direct_replies.ts), or null: it waits on the event alone. */
+  readonly replyTo: string | null;
 }
 
 function isHttpUrl(value: unknown): value is string {

@@ -27,3 +27,15 @@ export function corkForTick(client: CorkableClient): void {
 function uncork(stream: Writable): void {
   stream.uncork();
 }
+
+/**
+ * Sends what a single-node client's socket holds corked now, instead of at the end of the tick
+ * (a later command of the same tick then leaves in a write of its own): for a command that must
+ * reach Redis ahead of the tick's others, not merely before them in the same write.
+ */
+export function uncorkNow(client: CorkableClient): void {
+  const stream = client.stream;
+  if (client.isCluster === true || stream === undefined) return;
+  // The tick's own uncork then finds nothing corked (Writable.uncork at 0 does nothing).
+  while (stream.writableCorked > 0) stream.uncork();
+}

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Worker } from 'bullmq';
+import { type Job as BullJob, Worker } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import type { Datatables } from '../../src/datatable/datatables.js';
@@ -147,16 +147,20 @@ export class QueueDeployment {
 
   /**
    * A rogue worker of workspace `workspace`'s default queue (anyone who can write to Redis):
-   * every job it takes is answered with `answer()`. It beats as a worker of the queue does, so
+   * every job it takes is answered with `answer(job)`. It beats as a worker of the queue does, so
    * servers enqueue; closed with the deployment.
    */
-  async rogue(workspace: string, answer: () => unknown): Promise<Worker> {
+  async rogue(workspace: string, answer: (job: BullJob) => unknown): Promise<Worker> {
     const connection = this.redis.duplicate();
     connection.on('error', () => {});
-    const rogue = new Worker(routedQueueName('jobs', workspace, 'default'), async () => answer(), {
-      connection,
-      prefix: this.prefix,
-    });
+    const rogue = new Worker(
+      routedQueueName('jobs', workspace, 'default'),
+      async (job) => answer(job),
+      {
+        connection,
+        prefix: this.prefix,
+      },
+    );
     this.#closers.push(async () => {
       await rogue.close();
       connection.disconnect();

@@ -90,4 +90,43 @@ describe('once-ids', () => {
         InvalidJobError,
       );
   });
+
+  it("name, beside them, the server's reply id: where its worker answers it straight away", () => {
+    const once = new OnceIds().next();
+    const replyTo = 'r'.repeat(22);
+    const direct = sealJob(
+      keys,
+      place,
+      job,
+      'app',
+      queueId,
+      deadline,
+      null,
+      null,
+      null,
+      once,
+      true,
+      replyTo,
+    );
+    expect(openJobRecord(keys, place, direct)).toMatchObject({ once, answersByRef: true, replyTo });
+    // A server that takes no reply (or of an earlier version) names none.
+    const plain = sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, once, true);
+    expect(openJobRecord(keys, place, plain)?.replyTo).toBeNull();
+    expect(openJobRecord(keys, place, withOrigin('app'))?.replyTo).toBeNull();
+    // In slot 5 only: a worker of an earlier version reads every other slot as before.
+    const [fd, fp] = [fields(direct.record), fields(plain.record)];
+    expect(fd.filter((_, i) => i !== 5)).toEqual(fp.filter((_, i) => i !== 5));
+    // A reply id of any other form, or one without the once-id a reply is routed by, fails
+    // closed; and no server writes one.
+    for (const bad of ['short', 'with space in it ok', 'x'.repeat(65), 7, null, {}])
+      expect(() =>
+        openJobRecord(keys, place, withOrigin({ origin: 'app', once, reply: bad })),
+      ).toThrow(InvalidJobError);
+    expect(() => openJobRecord(keys, place, withOrigin({ origin: 'app', reply: replyTo }))).toThrow(
+      InvalidJobError,
+    );
+    expect(() =>
+      sealJob(keys, place, job, 'app', queueId, deadline, null, null, null, once, true, 'a b'),
+    ).toThrow(TypeError);
+  });
 });

@@ -221,6 +221,47 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     expect(answer.result).toEqual(['kept']);
   });
 
+  it("an agent's answer is also replied straight to the server that enqueued it (direct_replies.ts)", async () => {
+    const listener = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
+    listener.on('error', () => {});
+    try {
+      const heard: string[] = [];
+      listener.on('pmessage', (_pattern, _channel, message) => heard.push(message));
+      await listener.psubscribe(`${QUEUE_PREFIX}:jobs:reply:*`);
+      const args = { replied: randomBytes(4).toString('hex') };
+      const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
+      const taken = await takeWith(urls[1]!, args);
+      const finish = await agentPost(
+        urls[1]!,
+        `/api/agent/jobs/${taken.job.id}/finish`,
+        tokens['silent']!,
+        { ok: true, value: ['replied'] },
+      );
+      expect(finish.status).toBe(204);
+      const answer = await pending;
+      expect(answer.status, answer.text).toBe(200);
+      expect(answer.result).toEqual(['replied']);
+      // Server B sent the reply before completing the job: published before the event that
+      // answers server A at the latest, so heard by the time Redis answers a read after it.
+      const reader = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
+      reader.on('error', () => {});
+      try {
+        const [stream] = await reader.keys(`${QUEUE_PREFIX}:*:events`);
+        const entries = (await reader.xrevrange(stream!, '+', '-', 'COUNT', 50)) as [
+          string,
+          string[],
+        ][];
+        const latest = entries.find(([, fields]) => fields[1] === 'completed')!;
+        const returned = JSON.parse(String(latest[1][latest[1].indexOf('returnvalue') + 1]));
+        expect(heard.map((m) => m.slice(m.indexOf(' ') + 1))).toContain(returned);
+      } finally {
+        reader.disconnect();
+      }
+    } finally {
+      listener.disconnect();
+    }
+  });
+
   it('a large answer from an agent reaches the server that enqueued it, kept under a key of its own', async () => {
     const args = { large: randomBytes(4).toString('hex') };
     const value = Array.from({ length: 1500 }, (_, i) => ({ i, note: `row ${i} of the agent` }));
