@@ -11,8 +11,9 @@ import type { Logger } from '../logger.js';
  * It is only ever a shortcut. The event still carries the answer, for every server that joined
  * the job and whenever a reply is lost (Redis pub/sub delivers at most once: a subscriber
  * reconnecting misses what was published meanwhile). A reply is the same sealed bytes as the
- * event's (or the same reference to a kept answer), so it opens only for its queue id; one that
- * does not open is dropped and the event answers.
+ * event's, so it opens only for its queue id; one that does not open is dropped and the event
+ * answers. An answer kept by reference (answer_refs.ts) is not replied: a reference published
+ * by anyone could only make the server read a key the event would name anyway.
  */
 
 /** What a server's subscriber connection needs (an ioredis client, single node or Cluster). */
@@ -42,8 +43,8 @@ export function replyChannel(prefix: string, base: string, id: string): string {
 }
 
 /**
- * Sends `answer` (sealed, or a reference) for the message with once-id `once` to the server
- * whose channel is `channel`, without waiting: a reply that fails is one the event replaces.
+ * Sends `answer` (sealed) for the message with once-id `once` to the server whose channel is
+ * `channel`, without waiting: a reply that fails is one the event replaces.
  */
 export function sendReply(
   redis: ReplyPublisher,
@@ -86,7 +87,11 @@ export class DirectReplies {
         this.#subscribed = true;
       },
       (err: unknown) => {
-        logger.debug({ err: (err as Error).message }, 'direct replies not subscribed');
+        // E.g. an ACL without pub/sub: every run still works, a fraction of a ms slower.
+        logger.warn(
+          { err: (err as Error).message },
+          "queued answers come by BullMQ's events alone: this server could not subscribe to its reply channel",
+        );
       },
     );
   }

@@ -276,9 +276,9 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
   /**
    * Waits for the job of `queueId` on the event stream and, when its record names this server's
    * reply id, for the worker's direct reply to the message with once-id `once` too: the first
-   * to come answers. A direct reply is taken only when it opens for this queue id or is the
-   * reference to this message's kept answer (the event's own checks, made here, so that one
-   * that fails them is dropped and the event answers instead of failing the run).
+   * to come answers. A direct reply is taken only when it opens for this queue id (the event's
+   * own check, made here, so that one that fails it is dropped and the event answers instead of
+   * failing the run); a worker sends none for an answer kept by reference.
    */
   const waitFor = (
     events: QueueEvents,
@@ -303,11 +303,6 @@ export function createQueueExecutor(options: RawQueueExecutorOptions): QueueExec
       };
       if (direct)
         replies.expect(once, (answer) => {
-          if (referredOnce(answer) === once) {
-            done();
-            resolve({ returned: answer });
-            return true;
-          }
           const opened = keys.openResult(queueId, answer);
           if (opened === null) return false;
           done();

@@ -188,9 +188,9 @@ export function createQueueJobSource(options: RawQueueJobSourceOptions): QueueJo
             claimed.answersByRef && claimed.once !== null && sealed.length > INLINE_ANSWER_MAX
               ? await keepAnswer(connection, l.place, claimed.once, sealed)
               : sealed;
-          // Straight to the server that waits, as a worker's (direct_replies.ts): sent before
-          // the completion, in a write of its own (nothing corks this connection).
-          if (claimed.replyTo !== null && claimed.once !== null)
+          // Straight to the server that waits, as a worker's (direct_replies.ts), when inline:
+          // sent before the completion, in a write of its own (nothing corks this connection).
+          if (claimed.replyTo !== null && claimed.once !== null && answer === sealed)
             sendReply(
               connection,
               replyChannel(prefix, base, claimed.replyTo),

@@ -168,8 +168,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
           claimed.answersByRef && once !== null && sealed.length > INLINE_ANSWER_MAX
             ? await keepAnswer(connection, place, once, sealed)
             : sealed;
-        // Straight to the server that waits (direct_replies.ts); the event still carries it.
-        if (replyTo !== null && once !== null)
+        // Straight to the server that waits (direct_replies.ts), when inline; the event still
+        // carries it.
+        if (replyTo !== null && once !== null && answer === sealed)
           replyAhead(replyChannel(prefix, base, replyTo), once, answer);
         return answer;
       } catch (thrown) {

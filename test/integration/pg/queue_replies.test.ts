@@ -15,6 +15,7 @@ import { routedQueueName } from '../../../src/queue/queue_names.js';
 import { QueueKeys } from '../../../src/queue/queue_seal.js';
 import { openJobRecord } from '../../../src/queue/sealed_job.js';
 import { deferred } from '../../helpers/deferred.js';
+import { captureLogger } from '../../helpers/log_capture.js';
 import { app, type OrdersDb, ordersDb, runFor, SECRET_KEY, WS } from '../../helpers/orders_db.js';
 import { QueueDeployment } from '../../helpers/queue_fixture.js';
 import { waitUntil } from '../../helpers/wait.js';
@@ -138,9 +139,11 @@ describe('a direct reply', () => {
     try {
       await lone.rogue(WS, async (job) => {
         const another = keys.sealResult(keys.queueId('another flight'), Buffer.from('{"n":"x"}'));
-        // Garbage; another run's answer, genuinely sealed; a reference to another message's
-        // kept answer; and the right answer to another once-id: none of them is this run's.
-        for (const forged of ['garbage', another, '@someone.else.1', ''])
+        // Garbage; another run's answer, genuinely sealed; references to another message's kept
+        // answer and to this one's (no reply is a reference: anyone may publish one); and the
+        // right answer to another once-id: none of them is taken.
+        const own = `@${opened(lone, job).record.once}`;
+        for (const forged of ['garbage', another, '@someone.else.1', own, ''])
           await reply(lone, job, forged);
         await reply(lone, job, genuine(lone, job), 'someone.else.2');
         return genuine(lone, job);
@@ -151,6 +154,55 @@ describe('a direct reply', () => {
       expect(result.value).toEqual({ viewer: ALICE, n: n.toString('hex') });
     } finally {
       await lone.close();
+    }
+  });
+
+  it('refused a subscription (a Redis user without pub/sub): the server says so at warn, and the events answer', async () => {
+    const deploy = new QueueDeployment(inject('redisUrl'), fx.db.url, datatables, runnables);
+    const user = `vc-no-pubsub-${randomBytes(4).toString('hex')}`;
+    const password = randomBytes(12).toString('hex');
+    // Every key and command, no channel: SUBSCRIBE is refused (NOPERM).
+    await deploy.redis.acl('SETUSER', user, 'on', `>${password}`, '~*', '+@all', 'resetchannels');
+    const limited = new Redis(inject('redisUrl'), {
+      maxRetriesPerRequest: null,
+      username: user,
+      password,
+    });
+    limited.on('error', () => {});
+    const { logger, lines } = captureLogger();
+    try {
+      await deploy.worker();
+      const registry = createExecutor({ runnables });
+      const queue = createQueueExecutor({
+        executor: registry,
+        redis: limited,
+        secretKey: SECRET_KEY,
+        prefix: deploy.prefix,
+        noWorkersWait: 10_000,
+        logger,
+      });
+      try {
+        await queue.ready();
+        const warned = lines().filter((l) => l['level'] === 40);
+        expect(warned).toHaveLength(1);
+        expect(String(warned[0]!['msg'])).toMatch(/events alone/);
+        const cached = withResultCache(queue, {
+          store: deploy.store(),
+          fingerprint: datatables.fingerprint,
+          seal: { secretKey: SECRET_KEY },
+        });
+        const n = randomBytes(4);
+        expect((await run({ registry, queue, cached }, n)).value).toEqual({
+          viewer: ALICE,
+          n: n.toString('hex'),
+        });
+      } finally {
+        await queue.close();
+      }
+    } finally {
+      limited.disconnect();
+      await deploy.redis.acl('DELUSER', user);
+      await deploy.close();
     }
   });
 
