@@ -174,6 +174,23 @@ export class QueueDeployment {
     return rogue;
   }
 
+  /** The return values of the `completed` events on queue `name`'s stream, newest first. */
+  async completedValues(name: string): Promise<string[]> {
+    const entries = (await this.redis.xrevrange(
+      `${this.prefix}:${name}:events`,
+      '+',
+      '-',
+      'COUNT',
+      200,
+    )) as [string, string[]][];
+    return entries
+      .map(([, fields]) =>
+        Object.fromEntries(fields.flatMap((v, i) => (i % 2 ? [] : [[v, fields[i + 1]]]))),
+      )
+      .filter((event) => event['event'] === 'completed')
+      .map((event) => JSON.parse(event['returnvalue'] as string) as string);
+  }
+
   /** Every key of the queue and the cache, with its value as text (whatever its type). */
   async dump(): Promise<Map<string, string>> {
     const out = new Map<string, string>();

@@ -58,23 +58,6 @@ afterAll(async () => {
   await fx?.close();
 });
 
-/** The return values of the `completed` events on `prefix`'s queue, newest first. */
-async function completedValues(d: QueueDeployment): Promise<string[]> {
-  const entries = (await d.redis.xrevrange(
-    `${d.prefix}:${QUEUE}:events`,
-    '+',
-    '-',
-    'COUNT',
-    200,
-  )) as [string, string[]][];
-  return entries
-    .map(([, fields]) =>
-      Object.fromEntries(fields.flatMap((v, i) => (i % 2 ? [] : [[v, fields[i + 1]]]))),
-    )
-    .filter((event) => event['event'] === 'completed')
-    .map((event) => JSON.parse(event['returnvalue'] as string) as string);
-}
-
 const answerKeys = (d: QueueDeployment) => d.redis.keys(`${d.prefix}:${QUEUE}:answer:*`);
 
 describe("a worker's answer", () => {
@@ -89,7 +72,7 @@ describe("a worker's answer", () => {
     expect(result.fromCache).toBe(false);
     expect(result.value).toEqual(rows(ALICE, kib));
     expect(Buffer.from(result.json()).toString()).toBe(JSON.stringify(rows(ALICE, kib)));
-    const [latest] = await completedValues(deploy);
+    const [latest] = await deploy.completedValues(QUEUE);
     expect(latest).toMatch(/^@[A-Za-z0-9_.-]{8,80}$/);
     const kept = answerKey({ prefix: deploy.prefix, name: QUEUE }, latest!.slice(1));
     const ttl = await deploy.redis.pttl(kept);
@@ -110,7 +93,7 @@ describe("a worker's answer", () => {
       args: { kib: 1, n: randomBytes(4).toString('hex') },
     });
     expect(result.value).toEqual(rows(ALICE, 1));
-    const [latest] = await completedValues(deploy);
+    const [latest] = await deploy.completedValues(QUEUE);
     expect(latest!.startsWith('@')).toBe(false);
     expect(latest).toMatch(/^[A-Za-z0-9+/]+=*$/);
     expect((await answerKeys(deploy)).length).toBe(before);
@@ -157,7 +140,7 @@ describe("a worker's answer", () => {
         await waitUntil('the worker answered', () => deploy.outcomes.length > outcomes);
         await waitUntil('the job is gone', async () => (await queue.getJob(queueId)) === undefined);
         expect(deploy.outcomes[outcomes]!.code).toBe('ok');
-        const [latest] = await completedValues(deploy);
+        const [latest] = await deploy.completedValues(QUEUE);
         if (byRef) {
           // The same job from a server of this version: by reference.
           expect(latest).toBe(`@${runOnce}`);
