@@ -10,6 +10,7 @@ import {
   createQueueExecutor,
   createQueueWorker,
   type Executor,
+  type Logger,
   migrateQueue,
   type QueueExecutor,
   type QueueJobOutcome,
@@ -74,12 +75,21 @@ export class QueueDeployment {
   }
 
   async server(
-    options: { wait?: number; secretKey?: string; group?: string; noWorkersWait?: number } = {},
+    options: {
+      wait?: number;
+      secretKey?: string;
+      group?: string;
+      noWorkersWait?: number;
+      /** The server's Redis client instead of the deployment's (the caller closes it). */
+      redis?: Redis;
+      logger?: Logger;
+    } = {},
   ): Promise<QueueSide> {
     const registry = createExecutor({ runnables: this.runnables });
     const queue = createQueueExecutor({
       executor: registry,
-      redis: this.redis,
+      redis: options.redis ?? this.redis,
+      ...(options.logger === undefined ? {} : { logger: options.logger }),
       secretKey: options.secretKey ?? SECRET_KEY,
       prefix: this.prefix,
       ...(options.wait === undefined ? {} : { wait: options.wait }),

@@ -3,12 +3,7 @@ import type { Job as BullJob } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
-import {
-  createExecutor,
-  createQueueExecutor,
-  type RunnableDefinition,
-  withResultCache,
-} from '../../../src/index.js';
+import type { RunnableDefinition } from '../../../src/index.js';
 import { replyChannel } from '../../../src/queue/direct_replies.js';
 import type { QueueMessage } from '../../../src/queue/queue_names.js';
 import { routedQueueName } from '../../../src/queue/queue_names.js';
@@ -161,36 +156,18 @@ describe('a direct reply', () => {
     });
     limited.on('error', () => {});
     const { logger, lines } = captureLogger();
+    let server: Awaited<ReturnType<QueueDeployment['server']>> | undefined;
     try {
       await deploy.worker();
-      const registry = createExecutor({ runnables });
-      const queue = createQueueExecutor({
-        executor: registry,
-        redis: limited,
-        secretKey: SECRET_KEY,
-        prefix: deploy.prefix,
-        noWorkersWait: 10_000,
-        logger,
-      });
-      try {
-        await queue.ready();
-        const warned = lines().filter((l) => l['level'] === 40);
-        expect(warned).toHaveLength(1);
-        expect(String(warned[0]!['msg'])).toMatch(/events alone/);
-        const cached = withResultCache(queue, {
-          store: deploy.store(),
-          fingerprint: datatables.fingerprint,
-          seal: { secretKey: SECRET_KEY },
-        });
-        const n = randomBytes(4);
-        expect((await run({ registry, queue, cached }, n)).value).toEqual({
-          viewer: ALICE,
-          n: n.toString('hex'),
-        });
-      } finally {
-        await queue.close();
-      }
+      server = await deploy.server({ redis: limited, logger, noWorkersWait: 10_000 });
+      const warned = lines().filter((l) => l['level'] === 40);
+      expect(warned).toHaveLength(1);
+      expect(String(warned[0]!['msg'])).toMatch(/events alone/);
+      const n = randomBytes(4);
+      expect((await run(server, n)).value).toEqual({ viewer: ALICE, n: n.toString('hex') });
     } finally {
+      // Closed while its user exists: deleting the user drops its connections.
+      await server?.queue.close();
       limited.disconnect();
       await deploy.redis.acl('DELUSER', user);
       await deploy.close();
@@ -214,53 +191,31 @@ describe('a direct reply', () => {
         await reply(lone, job, answer);
         return 'not an answer';
       });
-      const registry = createExecutor({ runnables });
-      const queue = createQueueExecutor({
-        executor: registry,
-        redis: named,
-        secretKey: SECRET_KEY,
-        prefix: lone.prefix,
-        noWorkersWait: 10_000,
-      });
-      try {
-        await queue.ready();
-        const server = {
-          registry,
-          queue,
-          cached: withResultCache(queue, {
-            store: lone.store(),
-            fingerprint: datatables.fingerprint,
-            seal: { secretKey: SECRET_KEY },
-          }),
-        };
-        const subscriber = async () => {
-          const list = (await lone.redis.client('LIST')) as string;
-          return list
-            .split('\n')
-            .filter((line) => line.includes(` name=${name} `) && / flags=\S*P/.test(line))
-            .map((line) => /^id=(\d+)/.exec(line)![1]!);
-        };
-        const [id] = await subscriber();
-        expect(id).toBeDefined();
-        await lone.redis.client('KILL', 'ID', id!);
-        // Whatever the record says meanwhile, the event answers.
-        const n = randomBytes(4);
-        expect((await run(server, n)).value).toEqual({ viewer: ALICE, n: n.toString('hex') });
-        // ioredis subscribes again by itself; then a run answered by its reply alone passes.
-        await waitUntil('the subscriber is back', async () => (await subscriber()).length === 1);
-        const channels = (await lone.redis.pubsub(
-          'CHANNELS',
-          `${lone.prefix}:jobs:reply:*`,
-        )) as string[];
-        expect(channels).toHaveLength(1);
-        directOnly = true;
-        const m = randomBytes(4);
-        expect((await run(server, m)).value).toEqual({ viewer: ALICE, n: m.toString('hex') });
-      } finally {
-        await queue.close();
-      }
+      const server = await lone.server({ redis: named, noWorkersWait: 10_000 });
+      const subscriber = async () => {
+        const list = (await lone.redis.client('LIST')) as string;
+        return list
+          .split('\n')
+          .filter((line) => line.includes(` name=${name} `) && / flags=\S*P/.test(line))
+          .map((line) => /^id=(\d+)/.exec(line)![1]!);
+      };
+      const [id] = await subscriber();
+      expect(id).toBeDefined();
+      await lone.redis.client('KILL', 'ID', id!);
+      // Whatever the record says meanwhile, the event answers.
+      const n = randomBytes(4);
+      expect((await run(server, n)).value).toEqual({ viewer: ALICE, n: n.toString('hex') });
+      // ioredis subscribes again by itself; then a run answered by its reply alone passes.
+      await waitUntil('the subscriber is back', async () => (await subscriber()).length === 1);
+      const channels = (await lone.redis.pubsub(
+        'CHANNELS',
+        `${lone.prefix}:jobs:reply:*`,
+      )) as string[];
+      expect(channels).toHaveLength(1);
+      directOnly = true;
+      const m = randomBytes(4);
+      expect((await run(server, m)).value).toEqual({ viewer: ALICE, n: m.toString('hex') });
     } finally {
-      named.disconnect();
       await lone.close();
     }
   });
