@@ -1,5 +1,6 @@
 import type { Job, RunOptions } from '../job.js';
 import { pathTag } from '../stores/path_tag.js';
+import { MemoAdmission } from '../util/memo_admission.js';
 import { RecentMemo } from '../util/recent_memo.js';
 import type { EntryCodec } from './cache_entry.js';
 import { canonicalKeyInput, type KeyDigest, keyName } from './cache_key.js';
@@ -52,6 +53,8 @@ export class CacheRuns {
    * {@link KeyPartsMemo}): a hit of a run seen recently builds no key text at all.
    */
   readonly #byParts = new KeyPartsMemo<NamedDigest>(DIGEST_MEMO_GENERATION);
+  /** Which misses the two memos keep: all, or a sample while they churn (memo_admission.ts). */
+  readonly #admission = new MemoAdmission(DIGEST_MEMO_GENERATION);
 
   /** Whether runs carry their runnable's tag (the store invalidates by path). */
   readonly #tagged: boolean;
@@ -61,16 +64,26 @@ export class CacheRuns {
     this.#tagged = tagged;
   }
 
+  /** Which misses the memos keep (read by tests). */
+  get admission(): Pick<MemoAdmission, 'sampling' | 'kept'> {
+    return this.#admission;
+  }
+
   /**
    * The run's full key. Throws (InvalidJobError, ArgsNotJsonError) on a job the key cannot
    * carry: such a run is refused, never cached under a partial key.
    */
   of(job: Job, fingerprint: string | null, ttlMs: number, passDown: RunOptions): CacheRun {
     let named = this.#byParts.get(job, fingerprint);
-    if (named === undefined) {
+    if (named !== undefined) {
+      this.#admission.looked(true);
+    } else {
       const input = canonicalKeyInput(job, fingerprint);
       named = this.#digests.get(input);
       const known = named !== undefined;
+      this.#admission.looked(known);
+      // A key found in the text memo is one that came back: always worth its parts entry.
+      const keep = known || this.#admission.admits();
       if (named === undefined) {
         const digest = this.#codec.digest(input);
         // The workspace and path are the input's second and third elements, so the memoised
@@ -80,9 +93,9 @@ export class CacheRuns {
           key: keyName(job.workspace, digest),
           tag: this.#tagged ? pathTag(job.workspace, job.runnable.path) : undefined,
         };
-        this.#digests.set(input, named);
+        if (keep) this.#digests.set(input, named);
       }
-      this.#byParts.set(job, fingerprint, input, named, !known);
+      if (keep) this.#byParts.set(job, fingerprint, input, named, !known);
     }
     return new CacheRun(job, named.key, named.digest, fingerprint, ttlMs, passDown, named.tag);
   }
