@@ -140,7 +140,8 @@ export default defineConfig({
       {
         test: {
           name: 'unit',
-          include: ['test/unit/**/*.test.ts'],
+          // And the benchmarks' own checks of their harness (tests may not import bench/).
+          include: ['test/unit/**/*.test.ts', 'bench/**/*.test.ts'],
           setupFiles: ['test/setup_warnings.ts'],
           isolate,
         },

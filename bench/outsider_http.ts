@@ -7,9 +7,9 @@
  * autocannon in this one. Every target (the floor, the sealed floor — the floor route plus the
  * HMAC and AES-256-GCM open a sealed entry needs, which Redis only is also read against — the
  * cached app request with two tiers, the same with Redis only, the default with the access record
- * on) at every connection count runs once per round, in `roundOrder`'s order (rotated, a new
- * shuffle each cycle), and a round is kept only when the machine's *other* processes used at
- * most `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
+ * on) at every connection count runs once per round, in `roundOrder`'s order (a Williams
+ * design, cast anew each period), and a round is kept only when the machine's *other* processes
+ * used at most `--max-other` of its CPU during it (from /proc/stat, less this process's and the server
  * process's own /proc/<pid>/stat): on a shared machine a neighbour's burst otherwise lands on
  * one side of a ratio. It reports, per row, the median over the kept rounds with the range, the
  * ratios to the floor of the same round, the server process's CPU time per request (which a

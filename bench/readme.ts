@@ -58,10 +58,11 @@ function benchReadme(env: Environment, body: string): string {
 These benchmarks exist to **catch regressions** in the cache's hit path and key derivation. The
 machine they run on is shared and noisy, so absolute numbers move from run to run; what is
 meant to be compared is the **ratio** of a row to the baseline measured beside it in the same
-run. Scenarios of one comparison are measured interleaved in rounds (A, B, C, then B, C, A,
-then C, A, B; the next cycle of rounds rotates a new order, say B, A, C, seeded so that two runs
-agree), so that noise hits all of them alike, each runs once in every position per cycle, and
-none always runs after the same other one, whose garbage it would collect. Every op is timed on
+run. Scenarios of one comparison are measured interleaved in rounds whose orders are the rows
+of a Williams design (for A, B, C: A B C, B C A, C A B, then those reversed; each period casts
+the scenarios anew, seeded so that two runs agree), so that noise hits all of them alike, and
+over each period every scenario runs once in every position and right after every other one
+equally often: none pays more than the others for a predecessor's garbage. Every op is timed on
 its own (\`process.hrtime.bigint()\`) to report p50 and p99, not a mean. The targets come from
 SPEC.md "Performance"; none of them is a test, and CI may run this without gating on it.
 
@@ -189,8 +190,8 @@ route with nothing else started.
   same route plus an HMAC of the key text and the AES-256-GCM open of a sealed entry, what Redis
   only, serving sealed entries, is also read against), the cached app request with two tiers
   and with Redis only, at 16 and 64 connections, every cell once per round in the order
-  \`roundOrder\` gives (as above: rotated, a new shuffle each cycle). A round is **kept only when
-  the machine's other processes used ≤ 15 % of its CPU** (\`/proc/stat\` less this process's and
+  \`roundOrder\` gives (as above: a Williams design, cast anew each period). A round is **kept
+  only when the machine's other processes used ≤ 15 % of its CPU** (\`/proc/stat\` less this process's and
   the server's \`/proc/<pid>/stat\`); the table
   says how many were dropped, and marks figures from a run where all were. Medians with ranges,
   ratios to the floor of the same round, and the server's CPU time per request (the figure a
