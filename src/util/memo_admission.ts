@@ -2,7 +2,7 @@
  * Whether a key the memos just missed is kept in them: every one while at least half of their
  * lookups find their key, else one in {@link SAMPLE}.
  *
- * Keeping a key is the dear part of a memo (the result cache's copies a run's args, encodes the
+ * Keeping a key is the dear part of a memo (the parts memo copies a run's args, encodes the
  * copy again to check it, and both memos insert into maps whose generations then die in the old
  * space). When the lookups cycle through more keys than the memos hold, nearly every one misses,
  * is kept, and is dropped before it is looked up again: all cost, no hit. Measured on the
