@@ -93,6 +93,15 @@ async function takeWith(url: string, args: Record<string, unknown>): Promise<Tak
   }
 }
 
+/** Finishes the job the test's agent took on `url` with `value`, as that agent. */
+async function finishWith(url: string, taken: Taken, value: unknown): Promise<void> {
+  const finish = await agentPost(url, `/api/agent/jobs/${taken.job.id}/finish`, tokens['silent']!, {
+    ok: true,
+    value,
+  });
+  expect(finish.status).toBe(204);
+}
+
 const codeOf = (json: unknown) => (json as { error?: { code?: string } })?.error?.code;
 
 beforeAll(async () => {
@@ -209,13 +218,7 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     );
     expect(who.status).toBe(200);
     expect((who.json as { rows: unknown[] }).rows).toEqual([{ e: BOB }]);
-    const finish = await agentPost(
-      urls[1]!,
-      `/api/agent/jobs/${taken.job.id}/finish`,
-      tokens['silent']!,
-      { ok: true, value: ['kept'] },
-    );
-    expect(finish.status).toBe(204);
+    await finishWith(urls[1]!, taken, ['kept']);
     const answer = await pending;
     expect(answer.status, answer.text).toBe(200);
     expect(answer.result).toEqual(['kept']);
@@ -231,13 +234,7 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
       const args = { replied: randomBytes(4).toString('hex') };
       const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
       const taken = await takeWith(urls[1]!, args);
-      const finish = await agentPost(
-        urls[1]!,
-        `/api/agent/jobs/${taken.job.id}/finish`,
-        tokens['silent']!,
-        { ok: true, value: ['replied'] },
-      );
-      expect(finish.status).toBe(204);
+      await finishWith(urls[1]!, taken, ['replied']);
       const answer = await pending;
       expect(answer.status, answer.text).toBe(200);
       expect(answer.result).toEqual(['replied']);
@@ -267,13 +264,7 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     const value = Array.from({ length: 1500 }, (_, i) => ({ i, note: `row ${i} of the agent` }));
     const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
     const taken = await takeWith(urls[1]!, args);
-    const finish = await agentPost(
-      urls[1]!,
-      `/api/agent/jobs/${taken.job.id}/finish`,
-      tokens['silent']!,
-      { ok: true, value },
-    );
-    expect(finish.status).toBe(204);
+    await finishWith(urls[1]!, taken, value);
     const answer = await pending;
     expect(answer.status, answer.text).toBe(200);
     expect(answer.result).toEqual(value);
