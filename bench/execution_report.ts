@@ -22,6 +22,8 @@ export interface ExecutionRow {
   readonly value: number;
   /** value ÷ baseline. */
   readonly ratio: number;
+  /** The lowest and highest of the per-round ratios `ratio` is the median of, if paired. */
+  readonly range?: readonly [number, number];
   /**
    * `value` is itself a time added over something else (the queued miss over in process): the
    * table shows no "added" over the baseline for it, which would read as that time.
@@ -39,6 +41,40 @@ export function executionRow(
   value: number,
 ): ExecutionRow {
   return { id, label, unit, baselineLabel, baseline, value, ratio: value / baseline };
+}
+
+/**
+ * A throughput row measured in rounds, each round running the baseline and the subject once:
+ * `baseline` and `value` are the medians of their rates, `ratio` the median of the rounds'
+ * own ratios (what one round's noise does falls on its pair only), `range` theirs.
+ */
+export function pairedRow(
+  id: string,
+  label: string,
+  baselineLabel: string,
+  baselines: readonly number[],
+  values: readonly number[],
+): ExecutionRow {
+  if (baselines.length === 0 || baselines.length !== values.length)
+    throw new Error(`${id}: ${values.length} rounds measured against ${baselines.length}`);
+  const ratios = values.map((v, i) => v / baselines[i]!);
+  return {
+    id,
+    label,
+    unit: '/s',
+    baselineLabel,
+    baseline: median(baselines),
+    value: median(values),
+    ratio: median(ratios),
+    range: [Math.min(...ratios), Math.max(...ratios)],
+  };
+}
+
+/** The median of some numbers (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /** p-quantile of an ascending array (nearest rank). */
@@ -62,7 +98,9 @@ export function executionTable(rows: readonly ExecutionRow[]): string {
         r.unit === 'ms' && r.valueIsAdded !== true
           ? `${r.value >= r.baseline ? '+' : '−'}${fmt(Math.abs(r.value - r.baseline), 2)} ms`
           : '',
-        fmt(r.ratio, 2),
+        r.range === undefined
+          ? fmt(r.ratio, 2)
+          : `${fmt(r.ratio, 2)} (${fmt(r.range[0], 2)}–${fmt(r.range[1], 2)})`,
       ]),
     ),
   ].join('\n');

@@ -278,6 +278,12 @@ export function roundOrder<T>(items: readonly T[], r: number): T[] {
   return order;
 }
 
+/** The fewest rounds, at least `atLeast`, that are whole periods of `roundOrder` for `n` items. */
+export function wholePeriods(n: number, atLeast: number): number {
+  const period = n <= 1 ? 1 : n % 2 === 0 ? n : 2 * n;
+  return Math.max(1, Math.ceil(atLeast / period)) * period;
+}
+
 /**
  * Single-caller latency of every scenario, measured interleaved. Each scenario's counter carries
  * on from warm-up, so every op of the cycle (e.g. every viewer) is visited.

@@ -8,8 +8,10 @@
  * - the hit path: a hit through a queue-mode cache vs an in-process one (hits never enqueue).
  * The runnable spends about 1 ms of CPU and returns a small result; no data table is involved,
  * so what is measured is the queue's own cost. Misses and hits are measured interleaved (one in
- * process, one through the queue, …); the 1-worker throughput rows in 3 interleaved rounds after
- * an unmeasured one, as medians. The latency rows come after 500 unmeasured misses of each kind
+ * process, one through the queue, …); the 1-worker throughput rows in 8 rounds after an
+ * unmeasured one (`QUEUE_BENCH_ROUNDS`), the four kinds of a round in the order of a Williams
+ * design (`roundOrder`), each ratio the median of the rounds' paired ratios, with their range.
+ * The latency rows come after 500 unmeasured misses of each kind
  * (`QUEUE_BENCH_WARM`), so that what is measured is optimised code. `--quick`: 200 misses a side
  * instead of 1,000 (`QUEUE_BENCH_N` overrides), 200 warm-ups, and 400 per throughput round
  * instead of 1,500 (`QUEUE_BENCH_THROUGHPUT_N`);
@@ -28,10 +30,13 @@ import {
 import {
   type ExecutionRow,
   executionRow,
+  median,
+  pairedRow,
   printExecutionRows,
   quantile,
 } from './execution_report.js';
 import { deleteKeys } from './fixtures.js';
+import { roundOrder } from './helpers.js';
 import { benchPostgres } from './postgres_fixture.js';
 import {
   bareRoundTrips,
@@ -49,8 +54,13 @@ const ORIGIN = { kind: 'app', session: { email: 'bench@example.com' } } as const
 
 /** Concurrent callers of the throughput rows. */
 const CALLERS = 32;
-/** Measured rounds of the throughput rows (after one unmeasured). */
-const THROUGHPUT_ROUNDS = 3;
+/**
+ * Measured rounds of the throughput rows (after one unmeasured): two periods of the four kinds'
+ * Williams design. Three rounds, each kind in the same place, read 0.69–0.85× in process for the
+ * same build on one host; a ratio of medians taken from separate rounds let one slow second
+ * land on one side alone.
+ */
+const THROUGHPUT_ROUNDS = Number(process.env['QUEUE_BENCH_ROUNDS'] ?? 8);
 
 /** One call's wall time, ms. */
 async function timed(call: () => Promise<unknown>): Promise<number> {
@@ -175,83 +185,68 @@ try {
   }
   progress('throughput… ');
   // Each kind once unmeasured (the worker's code warms up under this load too), then
-  // THROUGHPUT_ROUNDS interleaved rounds of `total` misses each, reported as medians: one short
-  // pass per kind put whatever the machine did in that second on one side alone.
+  // THROUGHPUT_ROUNDS rounds of `total` misses of each kind, in a Williams design's order (no
+  // kind always runs first, or right after the same other). A ratio is the median over the
+  // rounds of the two kinds' rates in the same round: what the machine did in one second falls
+  // on one round's pair, not on one side of every figure.
   const total = Number(process.env['QUEUE_BENCH_THROUGHPUT_N'] ?? (quick ? 400 : 1500));
-  const rates = {
-    inProc: [] as number[],
-    one: [] as number[],
-    bare: [] as number[],
-    bareWork: [] as number[],
-  };
   let seq = 0;
-  for (let round = 0; round <= THROUGHPUT_ROUNDS; round++) {
-    const n = round === 0 ? Math.ceil(total / 2) : total;
-    const measured = [
-      await throughput(n, CALLERS, () => run(inProcess, local, { t0: seq++ })),
-      await throughput(n, CALLERS, () => run(queued, queue, { t1: seq++ })),
-      // The floor's own rate: bare round trips through the same worker process.
-      await throughput(n, CALLERS, bareRoundTrip),
-      // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
-      await throughput(n, CALLERS, () => bareTrip('work')),
-    ];
-    if (round === 0) continue;
-    rates.inProc.push(measured[0]!);
-    rates.one.push(measured[1]!);
-    rates.bare.push(measured[2]!);
-    rates.bareWork.push(measured[3]!);
+  const kinds = {
+    inProc: () => run(inProcess, local, { t0: seq++ }),
+    one: () => run(queued, queue, { t1: seq++ }),
+    // The floor's own rate: bare round trips through the same worker process.
+    bare: bareRoundTrip,
+    // The fair floor: bare BullMQ round trips doing the same work per job in the same worker.
+    bareWork: () => bareTrip('work'),
+  };
+  type Kind = keyof typeof kinds;
+  const rates: Record<Kind, number[]> = { inProc: [], one: [], bare: [], bareWork: [] };
+  for (const kind of Object.keys(kinds) as Kind[])
+    await throughput(Math.ceil(total / 2), CALLERS, kinds[kind]);
+  for (let round = 0; round < THROUGHPUT_ROUNDS; round++) {
+    for (const kind of roundOrder(Object.keys(kinds) as Kind[], round))
+      rates[kind].push(await throughput(total, CALLERS, kinds[kind]));
   }
-  const median = (xs: number[]) =>
-    quantile(
-      [...xs].sort((a, b) => a - b),
-      0.5,
-    );
-  const inProc = median(rates.inProc);
-  const one = median(rates.one);
-  const bareRate = median(rates.bare);
-  const bareWorkRate = median(rates.bareWork);
   workers.push(await startWorker());
-  await throughput(Math.ceil(total / 2), CALLERS, () => run(queued, queue, { t2: seq++ }));
+  await throughput(Math.ceil(total / 2), CALLERS, kinds.one);
   const two = await throughput(total, CALLERS, () => run(queued, queue, { t2: seq++ }));
+  const oneWorker = (id: string, label: string, kind: Kind, base: Kind, baseLabel: string) =>
+    pairedRow(id, label, baseLabel, rates[base], rates[kind]);
   rows.push(
-    executionRow(
+    oneWorker(
       'queue_misses_1w',
       `misses/s through the queue, 1 worker, ${CALLERS} callers`,
-      '/s',
+      'one',
+      'inProc',
       'in process',
-      inProc,
-      one,
     ),
-    executionRow(
+    oneWorker(
       'queue_bare_1w',
       `bare BullMQ round trips/s, 1 worker process, ${CALLERS} callers`,
-      '/s',
+      'bare',
+      'inProc',
       'in process',
-      inProc,
-      bareRate,
     ),
-    executionRow(
+    oneWorker(
       'queue_bare_work_1w',
       `bare BullMQ round trips/s running the same ~1 ms runnable, 1 worker process, ${CALLERS} callers`,
-      '/s',
+      'bareWork',
+      'inProc',
       'in process',
-      inProc,
-      bareWorkRate,
     ),
-    executionRow(
+    oneWorker(
       'queue_misses_vs_bare_work_1w',
       `misses/s through the queue ÷ the same work on bare BullMQ, 1 worker, ${CALLERS} callers`,
-      '/s',
+      'one',
+      'bareWork',
       'bare BullMQ with the work',
-      bareWorkRate,
-      one,
     ),
     executionRow(
       'queue_misses_2w',
       `misses/s through the queue, 2 workers, ${CALLERS} callers`,
       '/s',
       '1 worker',
-      one,
+      median(rates.one),
       two,
     ),
   );

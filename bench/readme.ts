@@ -173,7 +173,9 @@ route with nothing else started.
   own ceiling). On the run's Postgres and Redis, in a process of its own. The worker has as
   many job slots as there are callers (in process nothing caps them), and the added p50 is set
   beside a bare BullMQ round trip on the same Redis (add, a bare worker in the worker process
-  returns it, await it).
+  returns it, await it). The throughput rows run in 8 rounds (\`QUEUE_BENCH_ROUNDS\`), the four
+  kinds of a round in \`roundOrder\`'s order; a ratio is the median of the rounds' paired ratios,
+  with their range in brackets.
   \`QUEUE_BENCH_CONCURRENCY\` sets the worker's job slots (default: one per caller),
   \`QUEUE_BENCH_WORKER_ARGS\` node flags for the worker processes (\`--cpu-prof
   --cpu-prof-dir=DIR\` to profile them).
@@ -210,7 +212,9 @@ All Redis rows (raw GET, ours, BentoCache's L2) share **one ioredis connection**
 options; our store borrows it. On the reference machine a GET whose reply exceeds 64 KiB (a
 64 KiB result plus its ~100-byte envelope) takes either ~70 µs or ~300 µs depending on the TCP
 connection, in spells lasting seconds, so rows on separate connections could differ 4× for no
-reason in the code. Rounds are short (3 ms, or 5 × 64 ops) for the same reason. Our store is
+reason in the code. Rounds are short (3 ms, or 5 × 64 ops) for the same reason, and many: the
+64-caller rows run whole periods of the Williams design, at 64 KiB at least 100 rounds (104 for
+13 scenarios), at 1 KiB at least 30 (52). Our store is
 given a 2 s command timeout so that a machine stall cannot abort the run; the bound's value
 costs nothing per command.
 

@@ -245,7 +245,9 @@ function executionLines(rows: readonly ExecutionRow[], work: QueueWork | undefin
   if (rate !== undefined) {
     lines.push([
       'queued misses/s, one worker, ÷ in process',
-      `${fmt(rate.ratio, 2)}×`,
+      rate.range === undefined
+        ? `${fmt(rate.ratio, 2)}×`
+        : `${fmt(rate.ratio, 2)}× (${fmt(rate.range[0], 2)}–${fmt(rate.range[1], 2)})`,
       `≥ ${QUEUE_MIN_THROUGHPUT}×`,
       rate.ratio >= QUEUE_MIN_THROUGHPUT,
     ]);

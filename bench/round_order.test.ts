@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { roundOrder } from './helpers.js';
+import { roundOrder, wholePeriods } from './helpers.js';
 
 // The bench's interleaving: over one period every scenario runs once in every position and right
 // after every other one equally often, so no scenario always pays for the same predecessor.
@@ -39,5 +39,16 @@ describe('roundOrder', () => {
     const second = Array.from({ length: 26 }, (_, r) => roundOrder(items, 26 + r).join());
     expect(second).not.toEqual(first);
     expect(Array.from({ length: 26 }, (_, r) => roundOrder(items, r).join())).toEqual(first);
+  });
+});
+
+describe('wholePeriods', () => {
+  it('rounds up to whole periods of the design', () => {
+    expect(wholePeriods(13, 40)).toBe(52);
+    expect(wholePeriods(13, 100)).toBe(104);
+    expect(wholePeriods(4, 8)).toBe(8);
+    expect(wholePeriods(4, 9)).toBe(12);
+    expect(wholePeriods(1, 5)).toBe(5);
+    expect(wholePeriods(6, 0)).toBe(6);
   });
 });

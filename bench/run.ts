@@ -36,6 +36,7 @@ import {
   measureThroughput,
   type Scenario,
   type ThroughputPlan,
+  wholePeriods,
 } from './helpers.js';
 import { httpBenchAlone } from './http_bench.js';
 import { keyDerivation } from './key_derivation.js';
@@ -117,13 +118,21 @@ const dbPlan: LatencyPlan = quick
 /**
  * Short rounds, many of them: at 64 KiB the Redis round trip flips between two speeds for
  * seconds at a time (see `sharedRedis`), and only fine interleaving spreads that evenly.
+ * With `scenarios` (how many share the rounds), whole periods of their Williams design
+ * (`roundOrder`), so that every scenario follows every other equally often: 13 scenarios and
+ * 40 rounds were a period and a half. At 64 KiB four periods (104 rounds for 13): with 40, one
+ * block of rounds held 4 of each scenario's, and a block's ratio ranged 0.5–1.6× between
+ * blocks of one run (a GC of 64 KiB buffers landing in one scenario's 30 ms round).
  */
-const throughputPlan = (bytes: number): ThroughputPlan => ({
-  concurrency: CONCURRENCY,
-  opsPerRound: bytes > 4096 ? CONCURRENCY * 5 : CONCURRENCY * 20,
-  warmupRounds: quick ? 1 : 3,
-  rounds: quick ? 6 : bytes > 4096 ? 40 : 30,
-});
+const throughputPlan = (bytes: number, scenarios?: number): ThroughputPlan => {
+  const rounds = quick ? 6 : bytes > 4096 ? 100 : 30;
+  return {
+    concurrency: CONCURRENCY,
+    opsPerRound: bytes > 4096 ? CONCURRENCY * 5 : CONCURRENCY * 20,
+    warmupRounds: quick ? 1 : 3,
+    rounds: scenarios === undefined || quick ? rounds : wholePeriods(scenarios, rounds),
+  };
+};
 
 const elapsed = (started: number) => `${((Date.now() - started) / 1000).toFixed(0)} s`;
 
@@ -158,7 +167,7 @@ async function main(): Promise<void> {
     process.stdout.write(`${CONCURRENCY} callers… `);
     const throughput = await measureThroughput(
       scenarios,
-      withOurs(throughputPlan(bytes), redisPid),
+      withOurs(throughputPlan(bytes, scenarios.length), redisPid),
     );
     rows.push(...throughputRows(fx.label, scenarios, throughput, 'redis_raw_get'));
     await closeAll(sets);
