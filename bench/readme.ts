@@ -83,6 +83,7 @@ npm run bench -- --quick --no-write   # a fast look while changing code
 npm run bench -- --only=redis_hit     # some scenarios (their baselines always run); prints only
 npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU and GC per op (or \`raw\`)
 npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket: before the write, waiting, after the reply
+npx tsx bench/hit_alternate.ts 65536  # raw GET, store GET and hit at 64 callers, alternating in one process
 npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
 npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL twin, and their hits (or npx tsx bench/polyglot_miss.ts)
 npx tsx bench/queue_bench.ts          # the queue rows alone: a miss through the queue vs in process, 1 vs 2 workers, hits (--quick)
@@ -122,6 +123,10 @@ route with nothing else started.
   or the same entries read by \`RedisCacheStore.get\`, \`store\`, or \`getBuffer\`, \`raw\`) alone at 64 callers,
   printing ops/s, CPU and GC per op, for
   \`node --cpu-prof --import tsx bench/profile_hit.ts sealed 1024 8\`.
+- \`hit_alternate.ts\` — not a table row: the raw \`getBuffer\`, \`RedisCacheStore.get\` and the
+  unsealed hit at 64 callers, alternating in 500 ms rounds in one process (ops/s, per-round
+  ratios, CPU per op): at 64 KiB two processes running the same code differ by more than the
+  kinds do, so \`profile_hit.ts\`'s one-kind-per-process figures cannot compare them.
 - \`memory_hit.ts\` — the same through \`MemoryCacheStore\`.
 - \`memory_scaling.ts\` — \`MemoryCacheStore\` hits with 1 k and with 1 M entries (256-byte
   results; hits cycle through all 1 k, or 100 k of the 1 M), beside a bare \`lru-cache\` \`get\`
