@@ -152,7 +152,6 @@ export class RedisCacheStore implements CacheStore {
    * `onEntry` throws rejects the returned promise, as from a `then`; `onError` is called at most
    * once, and a reply that comes after the command timed out runs nothing. A subclass that
    * overrides `get` is read through its `get`. Not public: the result cache's way to read.
-   * @hidden
    */
   [READ_THEN]<T>(
     key: string,
