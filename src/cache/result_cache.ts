@@ -37,7 +37,6 @@ interface ReadThenStore {
     onError: (err: unknown) => T | Promise<T>,
   ): Promise<T>;
 }
-
 /** A {@link JobExecutor} with a result cache in front, plus its counters and events. */
 export interface CachedExecutor extends JobExecutor {
   readonly stats: Readonly<ResultCacheStats>;
