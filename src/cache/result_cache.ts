@@ -13,7 +13,6 @@ import {
 import type { Logger } from '../logger.js';
 import { GIVEN_RUN, NAMED_RUN, type NamedRun, type NamedRunOptions } from '../named_run.js';
 import { claimedExpiry } from '../stores/entry_header.js';
-import { READ_THEN } from '../stores/redis_store.js';
 import type { CacheInvalidation, CacheStore, InvalidationScope } from '../stores/store.js';
 import { sdkTracer } from '../tracing.js';
 import { SingleFlight } from '../util/single_flight.js';
@@ -28,15 +27,6 @@ import { SealedEntries } from './sealed_entry.js';
 import { StoreBreaker, summarize } from './store_breaker.js';
 import { traceRuns, traceStore } from './traced_cache.js';
 
-/** A store that reads as `get(key, tag).then(onEntry, onError)` in one step (RedisCacheStore). */
-interface ReadThenStore {
-  [READ_THEN]<T>(
-    key: string,
-    tag: string | undefined,
-    onEntry: (entry: Uint8Array | null) => T | Promise<T>,
-    onError: (err: unknown) => T | Promise<T>,
-  ): Promise<T>;
-}
 /** A {@link JobExecutor} with a result cache in front, plus its counters and events. */
 export interface CachedExecutor extends JobExecutor {
   readonly stats: Readonly<ResultCacheStats>;
@@ -94,8 +84,6 @@ class ResultCache implements CachedExecutor {
   readonly #store: CacheStore;
   /** Sealed over two tiers: the memory tier, holding opened entries. Otherwise `null`. */
   readonly #opened: OpenedTier | null;
-  /** `#store` when it runs a read's continuation as its reply settles (a RedisCacheStore). */
-  readonly #readThen: ReadThenStore | null;
   /** `#store` when it can answer from process memory without a promise (`getNow`). */
   readonly #storeNow: Required<Pick<CacheStore, 'getNow'>> | null;
   readonly #fingerprint: FingerprintFn | null;
@@ -133,10 +121,6 @@ class ResultCache implements CachedExecutor {
     const tiers = resolved.sealSecret === null ? undefined : resolved.store.tiers;
     this.#store = tiers?.shared ?? resolved.store;
     this.#opened = tiers === undefined ? null : new OpenedTier(tiers.memory);
-    this.#readThen =
-      typeof (this.#store as Partial<ReadThenStore>)[READ_THEN] === 'function'
-        ? (this.#store as unknown as ReadThenStore)
-        : null;
     this.#storeNow =
       typeof this.#store.getNow === 'function'
         ? (this.#store as Required<Pick<CacheStore, 'getNow'>>)
@@ -313,22 +297,6 @@ class ResultCache implements CachedExecutor {
       }
     }
 
-    if (this.#readThen !== null) {
-      try {
-        return this.#readThen[READ_THEN](
-          run.key,
-          run.tag,
-          (entry) => this.#afterReply(run, entry, behind),
-          (err: unknown) => {
-            this.#storeFailed('get', err);
-            return this.#miss(run, behind);
-          },
-        );
-      } catch (err) {
-        this.#storeFailed('get', err);
-        return this.#miss(run, behind);
-      }
-    }
     let read: Promise<Uint8Array | null>;
     try {
       // Promise.resolve is free for the native promise a store returns, and keeps a store that
@@ -360,47 +328,30 @@ class ResultCache implements CachedExecutor {
     entry: Uint8Array | null,
     behind: boolean,
   ): JobResult | Promise<JobResult> {
-    return this.#hitOf(run, entry) ?? this.#miss(run, behind);
-  }
-
-  /**
-   * The same, read as the reply settles (`READ_THEN`: inside the Redis client's reply handler):
-   * a verified hit is answered there; a miss executes a turn later, as it did after a `then`, so
-   * no runnable starts inside the client's handler.
-   */
-  #afterReply(
-    run: CacheRun,
-    entry: Uint8Array | null,
-    behind: boolean,
-  ): JobResult | Promise<JobResult> {
-    return this.#hitOf(run, entry) ?? Promise.resolve().then(() => this.#miss(run, behind));
-  }
-
-  /** A verified entry is a hit (counted); anything else is counted as rejected, and null. */
-  #hitOf(run: CacheRun, entry: Uint8Array | null): JobResult | null {
     this.#breaker.answered();
-    if (entry === null) return null;
-    const now = this.#now();
-    const payload = this.#codec.decode(entry, run.digest, now);
-    if (typeof payload === 'string') {
+    if (entry !== null) {
+      const now = this.#now();
+      const payload = this.#codec.decode(entry, run.digest, now);
+      if (typeof payload !== 'string') {
+        // Opened, its header authenticated: the memory tier keeps it opened, until its expiry.
+        const expiresAt = this.#opened === null ? null : claimedExpiry(entry);
+        if (expiresAt !== null) {
+          this.#opened!.keep(
+            run.key,
+            run.digest,
+            expiresAt,
+            payload,
+            Number.POSITIVE_INFINITY,
+            now,
+            run.tag,
+          );
+        }
+        this.#report.hit(run.job);
+        return new StoredResult(run.job, payload);
+      }
       this.#report.rejected(run.job, payload);
-      return null;
     }
-    // Opened, its header authenticated: the memory tier keeps it opened, until its expiry.
-    const expiresAt = this.#opened === null ? null : claimedExpiry(entry);
-    if (expiresAt !== null) {
-      this.#opened!.keep(
-        run.key,
-        run.digest,
-        expiresAt,
-        payload,
-        Number.POSITIVE_INFINITY,
-        now,
-        run.tag,
-      );
-    }
-    this.#report.hit(run.job);
-    return new StoredResult(run.job, payload);
+    return this.#miss(run, behind);
   }
 
   /** Counts the miss and executes, or joins the run another caller started meanwhile. */

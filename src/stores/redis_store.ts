@@ -44,9 +44,6 @@ const TURN_SPLIT = 32;
  * {@link StoreUnavailableError}; nothing is queued while Redis is unreachable (for clients this
  * store opens, the offline queue is off and retries per request are zero).
  */
-/** The result cache's read of a RedisCacheStore (see `[READ_THEN]`); not exported by the package. */
-export const READ_THEN = Symbol('viewer-cache.redisStore.readThen');
-
 export class RedisCacheStore implements CacheStore {
   /** Other processes (and whoever holds the Redis password) reach it: used sealed by default. */
   readonly shared = true;
@@ -142,77 +139,6 @@ export class RedisCacheStore implements CacheStore {
         : this.#bounded(client.getBuffer(k), 'get');
     if (this.#corked !== null && this.#turnGets % TURN_SPLIT === 0) this.#flush();
     return reply;
-  }
-
-  /**
-   * `get(key, tag).then(onEntry, onError)`, with the two run as the reply settles: the command's
-   * own promise settles with their result, one promise and one turn of the microtask queue fewer
-   * between the reply and the caller (`bench/redis_split.ts`, a hit's time after the reply: 0.2 µs
-   * under the cache over a bare `getBuffer` store, against 0.3 µs over it through `then`). What
-   * `onEntry` throws rejects the returned promise, as from a `then`; `onError` is called at most
-   * once, and a reply that comes after the command timed out runs nothing. A subclass that
-   * overrides `get` is read through its `get`. Not public: the result cache's way to read.
-   */
-  [READ_THEN]<T>(
-    key: string,
-    tag: string | undefined,
-    onEntry: (entry: Uint8Array | null) => T | Promise<T>,
-    onError: (err: unknown) => T | Promise<T>,
-  ): Promise<T> {
-    const client = this.#client;
-    if (
-      this.get !== RedisCacheStore.prototype.get ||
-      this.#connecting !== null ||
-      !(client instanceof Redis) ||
-      client.options.enableAutoPipelining
-    ) {
-      let read: Promise<Uint8Array | null>;
-      try {
-        read = Promise.resolve((this.get as CacheStore['get'])(key, tag));
-      } catch (err) {
-        read = Promise.reject(err);
-      }
-      return read.then(onEntry, onError);
-    }
-    const k = this.#prefix + key;
-    if (this.#smallReplies) this.#batchThisTurn();
-    const command = new Command('get', [k], {
-      replyEncoding: null,
-      keyPrefix: client.options.keyPrefix,
-    });
-    const resolve = command.resolve;
-    const reject = command.reject;
-    let settled = false;
-    command.resolve = (value: Buffer | null) => {
-      if (settled) return;
-      settled = true;
-      this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
-      let out: T | Promise<T>;
-      try {
-        out = onEntry(value);
-      } catch (err) {
-        reject(err as Error);
-        return;
-      }
-      resolve(out);
-    };
-    command.reject = (cause: Error) => {
-      if (settled) return;
-      settled = true;
-      // A turn later, as from a `then`: not inside the client's failure handling (a dropped
-      // connection fails its whole queue in one loop).
-      resolve(
-        Promise.resolve(
-          cause instanceof StoreUnavailableError
-            ? cause
-            : new StoreUnavailableError('redis get failed', { cause }),
-        ).then(onError),
-      );
-    };
-    this.#deadlines.addCommand(command);
-    client.sendCommand(command);
-    if (this.#corked !== null && this.#turnGets % TURN_SPLIT === 0) this.#flush();
-    return command.promise as Promise<T>;
   }
 
   /**

@@ -4,7 +4,6 @@ import { decodeEntry } from '../../../src/cache/cache_entry.js';
 import { canonicalKeyInput, keyDigest } from '../../../src/cache/cache_key.js';
 import type { CachedExecutor, JobResult } from '../../../src/index.js';
 import { cachedResultPath, RedisCacheStore, withResultCache } from '../../../src/index.js';
-import { READ_THEN } from '../../../src/stores/redis_store.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { CountingExecutor } from '../../helpers/counting_executor.js';
 import { countdown, deferred } from '../../helpers/deferred.js';
@@ -164,72 +163,5 @@ describe('withResultCache on RedisCacheStore', () => {
     expect(again.fromCache).toBe(true);
     expect(viewerOf(again)).toBe(alice);
     expect(inner.callsFor(alice)).toBe(1);
-  });
-});
-
-// A hit's continuation runs as Redis's reply settles (RedisCacheStore.readThen): it must behave
-// exactly as `get(key).then(...)` did.
-describe('a hit read as the reply settles', () => {
-  it('what the continuation throws rejects the read, and is no store failure', async () => {
-    const store = new RedisCacheStore({ redis: client, prefix });
-    await store.set('present', Buffer.from('bytes'), 60_000);
-    const boom = new Error('continuation failed');
-    const failures: unknown[] = [];
-    const onError = (err: unknown) => {
-      failures.push(err);
-      return 'failed';
-    };
-    const throwing = () => {
-      throw boom;
-    };
-    await expect(store[READ_THEN]('present', undefined, throwing, onError)).rejects.toBe(boom);
-    // An absent key is `null`; the answer is the continuation's.
-    const seen: unknown[] = [];
-    const answer = await store[READ_THEN](
-      'absent',
-      undefined,
-      (entry) => {
-        seen.push(entry);
-        return 'answered';
-      },
-      onError,
-    );
-    expect(answer).toBe('answered');
-    expect(seen).toEqual([null]);
-    expect(failures).toEqual([]);
-  });
-
-  it("a miss's runnable starts a turn after the reply, not inside the Redis client's handler", async () => {
-    const { cache, inner } = setup();
-    const limit = Error.stackTraceLimit;
-    Error.stackTraceLimit = 100;
-    const stacks: string[] = [];
-    inner.behaviour = (j) => {
-      stacks.push(new Error('where').stack ?? '');
-      return { viewer: j.perms.endUserEmail };
-    };
-    try {
-      expect((await cache.run(job(alice))).fromCache).toBe(false);
-    } finally {
-      Error.stackTraceLimit = limit;
-    }
-    expect(stacks).toHaveLength(1);
-    expect(stacks[0]).not.toMatch(/DataHandler|returnReply/);
-  });
-
-  it('a store that overrides `get` is read through its own `get`', async () => {
-    class CountingStore extends RedisCacheStore {
-      gets = 0;
-      override get(key: string): Promise<Uint8Array | null> {
-        this.gets++;
-        return super.get(key);
-      }
-    }
-    const store = new CountingStore({ redis: client, prefix });
-    const cache = withResultCache(new CountingExecutor(), { store, seal: false });
-    caches.push(cache);
-    await cache.run(job(bob));
-    expect((await cache.run(job(bob))).fromCache).toBe(true);
-    expect(store.gets).toBe(2);
   });
 });
