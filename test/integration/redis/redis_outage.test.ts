@@ -84,6 +84,23 @@ async function heal(): Promise<void> {
 }
 
 describe('Redis stopped or unreachable mid-run', () => {
+  it('a GET that timed out and is answered late: counted once, and its reply serves nothing', async () => {
+    await cache.run(job(1));
+    expect(cache.stats.hits).toBe(0);
+    await proxy.setMode('blackhole');
+    // The GET is held: it times out, the run goes on uncached (one store error, one miss).
+    const result = await cache.run(job(1));
+    expect(result.fromCache).toBe(false);
+    expect(cache.stats).toMatchObject({ storeErrors: 1, hits: 0, misses: 2, rejected: 0 });
+    // The held bytes reach Redis now, and its reply to that GET arrives after the timeout.
+    await heal();
+    expect(cache.stats).toMatchObject({ storeErrors: 1, hits: 0, misses: 2, rejected: 0 });
+    expect(inner.calls).toBe(2);
+    // The store works again: a hit, counted once.
+    expect((await cache.run(job(1))).fromCache).toBe(true);
+    expect(cache.stats).toMatchObject({ storeErrors: 1, hits: 1 });
+  });
+
   it('stopped while a run executes: the run succeeds uncached; the cache recovers after', async () => {
     await cache.run(job(1));
     expect((await cache.run(job(1))).fromCache).toBe(true);

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { decodeEntry } from '../../../src/cache/cache_entry.js';
@@ -163,5 +164,24 @@ describe('withResultCache on RedisCacheStore', () => {
     expect(again.fromCache).toBe(true);
     expect(viewerOf(again)).toBe(alice);
     expect(inner.callsFor(alice)).toBe(1);
+  });
+});
+
+// Whoever runs the cache in an async context (a request's, a trace's) keeps it through the
+// store's reply: a hit's listeners and a miss's runnable see the caller's context, not the
+// context the Redis connection was made in.
+describe("the caller's async context", () => {
+  it('reaches hit listeners and a miss runnable through a Redis read', async () => {
+    const { cache, inner } = setup();
+    const als = new AsyncLocalStorage<string>();
+    const seen: (string | undefined)[] = [];
+    inner.behaviour = (j) => {
+      seen.push(`miss:${als.getStore()}`);
+      return { viewer: j.perms.endUserEmail };
+    };
+    cache.events.on('cache:hit', () => seen.push(`hit:${als.getStore()}`));
+    await als.run('first', () => cache.run(job(alice)));
+    await als.run('second', () => cache.run(job(alice)));
+    expect(seen).toEqual(['miss:first', 'hit:second']);
   });
 });
