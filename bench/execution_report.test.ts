@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { median, pairedRow } from './execution_report.js';
+import { median, pairedRow, ratioText } from './execution_report.js';
 
 // The queue's throughput rows: a ratio is the median of each round's own ratio, so that one slow
 // round falls on its pair, not on one side of the figure.
@@ -26,5 +26,13 @@ describe('median', () => {
   it('is the middle value, or the mean of the middle two', () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([4, 1, 3, 2])).toBe(2.5);
+  });
+});
+
+describe('ratioText', () => {
+  it("shows a paired row's range, and a plain row's ratio alone", () => {
+    const paired = pairedRow('r', 'label', 'base', [1000, 1000, 1000], [800, 700, 750]);
+    expect(ratioText(paired, '×')).toBe('0.75× (0.70–0.80)');
+    expect(ratioText({ ratio: 1.234 })).toBe('1.23');
   });
 });

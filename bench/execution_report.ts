@@ -70,6 +70,14 @@ export function pairedRow(
   };
 }
 
+/** A row's ratio as a table shows it (`unit` after the figure), with its rounds' range if any. */
+export function ratioText(row: Pick<ExecutionRow, 'ratio' | 'range'>, unit = ''): string {
+  const ratio = `${fmt(row.ratio, 2)}${unit}`;
+  return row.range === undefined
+    ? ratio
+    : `${ratio} (${fmt(row.range[0], 2)}–${fmt(row.range[1], 2)})`;
+}
+
 /** The median of some numbers (the mean of the middle two for an even count). */
 export function median(xs: readonly number[]): number {
   const sorted = [...xs].sort((a, b) => a - b);
@@ -98,9 +106,7 @@ export function executionTable(rows: readonly ExecutionRow[]): string {
         r.unit === 'ms' && r.valueIsAdded !== true
           ? `${r.value >= r.baseline ? '+' : '−'}${fmt(Math.abs(r.value - r.baseline), 2)} ms`
           : '',
-        r.range === undefined
-          ? fmt(r.ratio, 2)
-          : `${fmt(r.ratio, 2)} (${fmt(r.range[0], 2)}–${fmt(r.range[1], 2)})`,
+        ratioText(r),
       ]),
     ),
   ].join('\n');

@@ -258,7 +258,7 @@ export function prng(seed: number): () => number {
 export function roundOrder<T>(items: readonly T[], r: number): T[] {
   const n = items.length;
   if (n <= 1) return [...items];
-  const period = n % 2 === 0 ? n : 2 * n;
+  const period = roundPeriod(n);
   const random = prng(Math.floor(r / period) + 1);
   const cast = [...items];
   for (let i = n - 1; i > 0; i--) {
@@ -280,8 +280,13 @@ export function roundOrder<T>(items: readonly T[], r: number): T[] {
 
 /** The fewest rounds, at least `atLeast`, that are whole periods of `roundOrder` for `n` items. */
 export function wholePeriods(n: number, atLeast: number): number {
-  const period = n <= 1 ? 1 : n % 2 === 0 ? n : 2 * n;
+  const period = roundPeriod(n);
   return Math.max(1, Math.ceil(atLeast / period)) * period;
+}
+
+/** Rounds in one period of {@link roundOrder} for `n` items: n, or 2n when n is odd. */
+function roundPeriod(n: number): number {
+  return n <= 1 ? 1 : n % 2 === 0 ? n : 2 * n;
 }
 
 /**

@@ -7,7 +7,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ChurnRow } from './churn_bench.js';
 import type { DatatableRow } from './datatable_bench.js';
-import type { ExecutionRow } from './execution_report.js';
+import { type ExecutionRow, ratioText } from './execution_report.js';
 import { fmt, markdownTable } from './helpers.js';
 import {
   COUNTED_TOLERANCE,
@@ -245,9 +245,7 @@ function executionLines(rows: readonly ExecutionRow[], work: QueueWork | undefin
   if (rate !== undefined) {
     lines.push([
       'queued misses/s, one worker, ÷ in process',
-      rate.range === undefined
-        ? `${fmt(rate.ratio, 2)}×`
-        : `${fmt(rate.ratio, 2)}× (${fmt(rate.range[0], 2)}–${fmt(rate.range[1], 2)})`,
+      ratioText(rate, '×'),
       `≥ ${QUEUE_MIN_THROUGHPUT}×`,
       rate.ratio >= QUEUE_MIN_THROUGHPUT,
     ]);
