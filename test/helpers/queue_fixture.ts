@@ -23,6 +23,7 @@ import {
 import { fleetKey, fleetMember, routedQueueName } from '../../src/queue/queue_names.js';
 import { settleWithin } from '../../src/util/settle_within.js';
 import { SECRET_KEY } from './orders_db.js';
+import { waitUntil } from './wait.js';
 
 /** A queue prefix of its own (a hash tag, as in production), for one test file. */
 export function queuePrefix(): string {
@@ -184,21 +185,41 @@ export class QueueDeployment {
     return rogue;
   }
 
-  /** The return values of the `completed` events on queue `name`'s stream, newest first. */
-  async completedValues(name: string): Promise<string[]> {
-    const entries = (await this.redis.xrevrange(
+  /** Where queue `name`'s event stream ends now: the mark to hand `completedSince`. */
+  async eventsEnd(name: string): Promise<string> {
+    const [last] = (await this.redis.xrevrange(
       `${this.prefix}:${name}:events`,
       '+',
       '-',
       'COUNT',
-      200,
+      1,
     )) as [string, string[]][];
-    return entries
-      .map(([, fields]) =>
-        Object.fromEntries(fields.flatMap((v, i) => (i % 2 ? [] : [[v, fields[i + 1]]]))),
-      )
-      .filter((event) => event['event'] === 'completed')
-      .map((event) => JSON.parse(event['returnvalue'] as string) as string);
+    return last?.[0] ?? '0-0';
+  }
+
+  /**
+   * The return values of the `completed` events on queue `name`'s stream after `mark`, newest
+   * first, once there are `count` of them. A worker replies ahead of BullMQ's completion, so a run can be
+   * answered before its event is written: reading the stream right after the run races it.
+   */
+  async completedSince(name: string, mark: string, count = 1): Promise<string[]> {
+    let values: string[] = [];
+    await waitUntil(`${count} completed event(s) on ${name} after ${mark}`, async () => {
+      const entries = (await this.redis.xrange(
+        `${this.prefix}:${name}:events`,
+        `(${mark}`,
+        '+',
+      )) as [string, string[]][];
+      values = entries
+        .map(([, fields]) =>
+          Object.fromEntries(fields.flatMap((v, i) => (i % 2 ? [] : [[v, fields[i + 1]]]))),
+        )
+        .filter((event) => event['event'] === 'completed')
+        .map((event) => JSON.parse(event['returnvalue'] as string) as string)
+        .reverse();
+      return values.length >= count;
+    });
+    return values;
   }
 
   /** Every key of the queue and the cache, with its value as text (whatever its type). */

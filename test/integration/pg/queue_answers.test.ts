@@ -65,6 +65,7 @@ describe("a worker's answer", () => {
     const server = await deploy.server();
     await deploy.worker();
     const kib = 48;
+    const mark = await deploy.eventsEnd(QUEUE);
     const result = await runFor(server.registry, 'sized', app(ALICE), {
       through: server.cached,
       args: { kib, n: randomBytes(4).toString('hex') },
@@ -72,7 +73,8 @@ describe("a worker's answer", () => {
     expect(result.fromCache).toBe(false);
     expect(result.value).toEqual(rows(ALICE, kib));
     expect(Buffer.from(result.json()).toString()).toBe(JSON.stringify(rows(ALICE, kib)));
-    const [latest] = await deploy.completedValues(QUEUE);
+    // The worker replies ahead of the event: wait for the event itself.
+    const [latest] = await deploy.completedSince(QUEUE, mark);
     expect(latest).toMatch(/^@[A-Za-z0-9_.-]{8,80}$/);
     const kept = answerKey({ prefix: deploy.prefix, name: QUEUE }, latest!.slice(1));
     const ttl = await deploy.redis.pttl(kept);
@@ -88,12 +90,13 @@ describe("a worker's answer", () => {
     const server = await deploy.server();
     await deploy.worker();
     const before = (await answerKeys(deploy)).length;
+    const mark = await deploy.eventsEnd(QUEUE);
     const result = await runFor(server.registry, 'sized', app(ALICE), {
       through: server.cached,
       args: { kib: 1, n: randomBytes(4).toString('hex') },
     });
     expect(result.value).toEqual(rows(ALICE, 1));
-    const [latest] = await deploy.completedValues(QUEUE);
+    const [latest] = await deploy.completedSince(QUEUE, mark);
     expect(latest!.startsWith('@')).toBe(false);
     expect(latest).toMatch(/^[A-Za-z0-9+/]+=*$/);
     expect((await answerKeys(deploy)).length).toBe(before);
@@ -131,6 +134,7 @@ describe("a worker's answer", () => {
           byRef,
         );
         const outcomes = deploy.outcomes.length;
+        const mark = await deploy.eventsEnd(QUEUE);
         await queue.add('run', message, {
           jobId: queueId,
           removeOnComplete: true,
@@ -140,7 +144,7 @@ describe("a worker's answer", () => {
         await waitUntil('the worker answered', () => deploy.outcomes.length > outcomes);
         await waitUntil('the job is gone', async () => (await queue.getJob(queueId)) === undefined);
         expect(deploy.outcomes[outcomes]!.code).toBe('ok');
-        const [latest] = await deploy.completedValues(QUEUE);
+        const [latest] = await deploy.completedSince(QUEUE, mark);
         if (byRef) {
           // The same job from a server of this version: by reference.
           expect(latest).toBe(`@${runOnce}`);

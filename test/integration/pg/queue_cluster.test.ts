@@ -2,7 +2,8 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Datatables } from '../../../src/datatable/datatables.js';
 import type { RunnableDefinition } from '../../../src/index.js';
-import { app, type OrdersDb, ordersDb, ROWS, runFor } from '../../helpers/orders_db.js';
+import { routedQueueName } from '../../../src/queue/queue_names.js';
+import { app, type OrdersDb, ordersDb, ROWS, runFor, WS } from '../../helpers/orders_db.js';
 import { QueueDeployment } from '../../helpers/queue_fixture.js';
 import { type RedisClusterHandle, startRedisCluster } from '../../helpers/redis_cluster.js';
 
@@ -50,6 +51,8 @@ describe('jobs on workers on a Redis Cluster', () => {
   it('each viewer gets their own rows, the second run is a hit, nothing readable is kept', async () => {
     const server = await deploy.server();
     await deploy.worker();
+    const queue = routedQueueName('jobs', WS, 'default');
+    const mark = await deploy.eventsEnd(queue);
     for (const [viewer, rows] of [
       [ALICE, ROWS['emea']],
       [BOB, ROWS['amer']],
@@ -61,6 +64,8 @@ describe('jobs on workers on a Redis Cluster', () => {
       expect(hit.value).toEqual(rows);
       expect(hit.fromCache).toBe(true);
     }
+    // Everything the two misses leave, their completed events too (a reply may come first).
+    await deploy.completedSince(queue, mark, 2);
     const dump = await deploy.dump();
     expect([...dump.keys()].some((key) => key.startsWith(deploy.prefix))).toBe(true);
     const text = [...dump].map(([k, v]) => `${k}\n${v}`).join('\n');

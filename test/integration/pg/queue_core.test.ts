@@ -775,6 +775,8 @@ describe('nothing the queue keeps in Redis is readable', () => {
     gate.resolve();
     const args = { marker: MARKER_ARG };
     const seen: string[] = [];
+    const queue = routedQueueName('jobs', WS, 'default');
+    const mark = await deploy.eventsEnd(queue);
     server.cached.events.on('cache:miss', () => {});
     for (const viewer of [ALICE, BOB]) {
       const result = await runFor(server.registry, 'report', app(viewer), {
@@ -783,6 +785,8 @@ describe('nothing the queue keeps in Redis is readable', () => {
       });
       seen.push(JSON.stringify(result.value));
     }
+    // Everything the two runs leave, their completed events too (a reply may come before them).
+    await deploy.completedSince(queue, mark, 2);
     const dump = await deploy.dump();
     expect(dump.size).toBeGreaterThan(0);
     const text = [...dump].map(([k, v]) => `${k}\n${v}`).join('\n');
