@@ -68,6 +68,8 @@ export class RedisCacheStore implements CacheStore {
   #corked: Redis['stream'] | null = null;
   /** Whether the last GET's reply was small enough for batching to pay. */
   #smallReplies = true;
+  /** The next GET's command, built ahead (see #getDirect); `null` until the first GET. */
+  #spare: Command | null = null;
 
   constructor(options: RawRedisCacheStoreOptions) {
     if (options === null || typeof options !== 'object') {
@@ -151,8 +153,30 @@ export class RedisCacheStore implements CacheStore {
    * and one turn of the microtask queue between the reply and its caller.
    * Only for a single-node client without auto-pipelining (others go through `getBuffer`, so a
    * borrowed client's settings keep working); a borrowed client's key prefix still applies.
+   *
+   * Each GET takes the command the GET before it built once its own write had left, and builds
+   * the next one the same way: as many commands as before, but none built between a reply and
+   * the GET that follows it. Built there, right after the process woke for the reply, a command
+   * took 1.9–2.1 µs of the 3 µs a raw GET spends before its write; taken ready-made, 0.1 µs
+   * (`bench/redis_split.ts`, 1 KiB, one caller). Not for a client with a key prefix: ioredis
+   * prefixes a command's keys when it builds it.
    */
   #getDirect(client: Redis, k: string): Promise<Uint8Array | null> {
+    let command = this.#spare;
+    if (command === null) {
+      command = this.#newGet(client, k);
+    } else {
+      this.#spare = null;
+      command.args[0] = k;
+    }
+    this.#deadlines.addCommand(command);
+    client.sendCommand(command);
+    if (!client.options.keyPrefix) this.#spare = this.#newGet(client, '');
+    return command.promise as Promise<Buffer | null>;
+  }
+
+  /** A GET of `k`, not sent, whose promise settles as this store promises (see #getDirect). */
+  #newGet(client: Redis, k: string): Command {
     const command = new Command('get', [k], {
       replyEncoding: null,
       keyPrefix: client.options.keyPrefix,
@@ -173,9 +197,7 @@ export class RedisCacheStore implements CacheStore {
           : new StoreUnavailableError('redis get failed', { cause }),
       );
     };
-    this.#deadlines.addCommand(command);
-    client.sendCommand(command);
-    return command.promise as Promise<Buffer | null>;
+    return command;
   }
 
   /**

@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { CacheStore } from '../../../src/index.js';
@@ -120,6 +121,31 @@ describe('RedisCacheStore specifics', () => {
       } finally {
         await client.quit();
       }
+    }
+  });
+
+  it('answers each GET with its own key: in turn, together, and across a lost connection', async () => {
+    // Each GET goes out in a command the GET before it built (redis_store.ts, #getDirect).
+    const client = await rawClient(url);
+    try {
+      const store = new RedisCacheStore({ redis: client, prefix: `${prefix}own:` });
+      const keys = Array.from({ length: 12 }, (_, i) => `k${i}`);
+      for (const key of keys) await store.set(key, Buffer.from(`value of ${key}`), 60_000);
+      const read = async (key: string) => {
+        const value = await store.get(key);
+        return value === null ? null : Buffer.from(value).toString();
+      };
+      const expected = (key: string) => (keys.includes(key) ? `value of ${key}` : null);
+      const order = [...keys, 'absent', ...[...keys].reverse(), 'k3', 'k3'];
+      for (const key of order) expect(await read(key)).toBe(expected(key));
+      expect(await Promise.all(order.map(read))).toEqual(order.map(expected));
+      // The command built before the connection was lost carries the first GET after it.
+      const back = once(client, 'ready');
+      client.stream.destroy();
+      await back;
+      for (const key of ['k7', 'absent', 'k1']) expect(await read(key)).toBe(expected(key));
+    } finally {
+      await client.quit();
     }
   });
 
