@@ -1,10 +1,10 @@
 /**
- * `VC_BASE_SRC=/path/to/other/src npx tsx bench/hit_ab.ts [--quick]`: the library's hits from
+ * `VC_BASE_SRC=/path/to/other/src npx tsx bench/hit_ab.ts [--quick] [--bytes 1024]`: the library's hits from
  * two builds in one process, interleaved in the same rounds as their floors, so that "before"
  * and "after" meet the same noise. `VC_BASE_SRC` is the `src/` of the build to compare against
  * (e.g. `git archive <commit> src | tar -x -C /tmp/base`); this tree's `src/` is "after".
  *
- * Rows, 1 KiB, one caller (p50) and 64 callers (ops/s):
+ * Rows, 1 KiB unless `--bytes` says otherwise, one caller (p50) and 64 callers (ops/s):
  * - floors: `map_get_parse` (Map.get + JSON.parse), `redis_raw_get`, `sealed_floor`;
  * - per build: `value_hit` (`createViewerCache(...).run`, memory store, `result.value`),
  *   `redis_hit` and `redis_hit_sealed` (`withResultCache` over `RedisCacheStore`, `json()`);
@@ -41,7 +41,8 @@ const quick = process.argv.includes('--quick');
 const before = (await import(`${base.replace(/\/$/, '')}/index.ts`)) as Lib;
 const after = (await import('../src/index.js')) as Lib;
 
-const fx = sizeFixture(1024);
+const bytesAt = process.argv.indexOf('--bytes');
+const fx = sizeFixture(bytesAt === -1 ? 1024 : Number(process.argv[bytesAt + 1]));
 const redis = sharedRedis();
 const redisPid = await redisServerPid(redis);
 /** The local Redis server's CPU is the measured work's: not counted as others'. */
