@@ -1,6 +1,6 @@
 /**
- * `VC_BASE_SRC=/path/to/other/src npx tsx bench/hit_ab.ts [--quick] [--bytes 1024]`: the library's hits from
- * two builds in one process, interleaved in the same rounds as their floors, so that "before"
+ * `VC_BASE_SRC=/path/to/other/src npx tsx bench/hit_ab.ts [--quick] [--bytes 1024]`: the
+ * library's hits from two builds in one process, interleaved in the same rounds as their floors, so that "before"
  * and "after" meet the same noise. `VC_BASE_SRC` is the `src/` of the build to compare against
  * (e.g. `git archive <commit> src | tar -x -C /tmp/base`); this tree's `src/` is "after".
  *
@@ -9,6 +9,11 @@
  * - per build: `value_hit` (`createViewerCache(...).run`, memory store, `result.value`),
  *   `redis_hit` and `redis_hit_sealed` (`withResultCache` over `RedisCacheStore`, `json()`);
  * - this build only: `value_hit_shared` (`values: 'shared'`).
+ *
+ * The two builds' rows are not quite alike: at 64 KiB and 64 callers the unsealed "after" row
+ * read 0.05–0.07 below "before" whichever build was "after" (66 rounds, 2026-12-07, builds
+ * swapped by running this file from the other tree). Before believing a difference of that
+ * size there, swap the builds.
  *
  * Needs Redis at `REDIS_URL`; writes under `vc-bench:<pid>:` and deletes it at the end.
  */
