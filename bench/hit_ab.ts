@@ -11,7 +11,7 @@
  * - this build only: `value_hit_shared` (`values: 'shared'`).
  *
  * The two builds' rows are not quite alike: at 64 KiB and 64 callers the unsealed "after" row
- * read 0.05–0.07 below "before" whichever build was "after" (66 rounds, 2026-12-07, builds
+ * read 0.02–0.07 below "before" whichever build was "after" (66 rounds, 2026-12-07, builds
  * swapped by running this file from the other tree). Before believing a difference of that
  * size there, swap the builds.
  *
