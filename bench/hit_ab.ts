@@ -1,8 +1,9 @@
 /**
  * `VC_BASE_SRC=/path/to/other/src npx tsx bench/hit_ab.ts [--quick] [--bytes 1024]`: the
- * library's hits from two builds in one process, interleaved in the same rounds as their floors, so that "before"
- * and "after" meet the same noise. `VC_BASE_SRC` is the `src/` of the build to compare against
- * (e.g. `git archive <commit> src | tar -x -C /tmp/base`); this tree's `src/` is "after".
+ * library's hits from two builds in one process, interleaved in the same rounds as their
+ * floors, so that "before" and "after" meet the same noise. `VC_BASE_SRC` is the `src/` of the
+ * build to compare against (e.g. `git archive <commit> src | tar -x -C /tmp/base`); this tree's
+ * `src/` is "after".
  *
  * Rows, 1 KiB unless `--bytes` says otherwise, one caller (p50) and 64 callers (ops/s):
  * - floors: `map_get_parse` (Map.get + JSON.parse), `redis_raw_get`, `sealed_floor`;

@@ -118,6 +118,10 @@ describe('RedisCacheStore specifics', () => {
         const [a, b] = await Promise.all([store.get('k'), store.get('absent')]);
         expect(Buffer.from(a!).toString()).toBe('under both prefixes');
         expect(b).toBeNull();
+        // One GET after another too (a GET may go out in a command the one before it built).
+        for (let i = 0; i < 3; i++) {
+          expect(Buffer.from((await store.get('k'))!).toString()).toBe('under both prefixes');
+        }
       } finally {
         await client.quit();
       }
