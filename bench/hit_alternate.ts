@@ -1,10 +1,12 @@
 /**
- * `npx tsx bench/hit_alternate.ts [bytes=65536] [--which raw,direct,store,hit] [--rounds 12]`: hits at
- * 64 concurrent callers, the kinds alternating in 500 ms rounds in this one process (each round's
+ * `npx tsx bench/hit_alternate.ts [bytes=65536] [--which raw,direct,store,hit] [--rounds 12] [--callers 64]`:
+ * hits at 64 concurrent callers (or `--callers`), the kinds alternating in 500 ms rounds in this one process (each round's
  * order the reverse of the last), with ops/s and CPU µs per op summed over the rounds:
  * - `raw`: the shared client's `getBuffer` of the entry (the 64-caller rows' baseline);
  * - `store`: `RedisCacheStore.get` of the same entry (its key derived beforehand);
  * - `hit`: the unsealed `withResultCache` hit, `json()` bytes (`redis_hit`);
+ * - `keyed`: `raw` with the key derived per op (`redis_keyed_get`, the keyed floor);
+ * - `sealed`, `floor`: the sealed hit (`redis_hit_sealed`) and its floor (`sealed_floor`);
  * - `direct`: the store's way of sending a GET without the store (an ioredis `Command` built and
  *   sent directly, the key prefixed beforehand): a control that costs what `raw` costs, so what
  *   it reads against `raw` is the harness's own noise.
@@ -27,8 +29,10 @@ import {
   sizeFixture,
 } from './fixtures.js';
 import { fmt, markdownTable } from './helpers.js';
+import { sealedFloor } from './sealed_floor.js';
 
-const CALLERS = 64;
+/** A fixed bench secret (never a real one). */
+const BENCH_SECRET = 'bench-only secret, 32 bytes or more, not for use';
 const ROUND_MS = 500;
 const argv = process.argv.slice(2);
 const option = (name: string) => {
@@ -37,6 +41,7 @@ const option = (name: string) => {
 };
 const bytes = Number(argv.find((a) => /^\d+$/.test(a)) ?? 65536);
 const rounds = Number(option('rounds') ?? 12);
+const CALLERS = Number(option('callers') ?? 64);
 const which = (option('which') ?? 'raw,direct,store,hit').split(',');
 
 const fx = sizeFixture(bytes);
@@ -46,6 +51,12 @@ const store = new RedisCacheStore({ redis, prefix, commandTimeout: '2s' });
 const executor = new GuardedExecutor('hit_alternate', fx.json);
 const cached = withResultCache(executor, { store, seal: false });
 for (const job of fx.jobs) await cached.run(job);
+// Sealed: the hit with `seal` (`redis_hit_sealed`) and its floor (`sealed_floor`: HMAC,
+// `getBuffer`, AES-256-GCM open), each reading entries of its own.
+const sealedStore = new RedisCacheStore({ redis, prefix: `${prefix}s:`, commandTimeout: '2s' });
+const sealed = withResultCache(executor, { store: sealedStore, seal: { secretKey: BENCH_SECRET } });
+for (const job of fx.jobs) await sealed.run(job);
+const floor = (await sealedFloor(fx, redis)).scenarios[0]!;
 executor.arm();
 const keys = fx.jobs.map((job) => cachedResultPath(job));
 const prefixed = keys.map((key) => prefix + key);
@@ -55,6 +66,9 @@ const kinds: Record<string, (i: number) => Promise<unknown>> = {
   raw: (i) => redis.getBuffer(prefixed[i % n]!),
   store: (i) => store.get(keys[i % n]!),
   hit: async (i) => (await cached.run(fx.jobs[i % n]!)).json(),
+  keyed: (i) => redis.getBuffer(prefix + cachedResultPath(fx.jobs[i % n]!)),
+  sealed: async (i) => (await sealed.run(fx.jobs[i % n]!)).json(),
+  floor: (i) => floor.op(i) as Promise<unknown>,
   direct: (i) => {
     const command = new Command('get', [prefixed[i % n]!], { replyEncoding: null });
     redis.sendCommand(command);
