@@ -66,8 +66,6 @@ export class RedisCacheStore implements CacheStore {
   #busy = false;
   /** The socket held corked since this turn's second GET, until it is flushed; else `null`. */
   #corked: Redis['stream'] | null = null;
-  /** Whether the last GET's reply was small enough for batching to pay. */
-  #smallReplies = true;
   /** The next GET's command, built ahead (see #getDirect); `null` until the first GET. */
   #spare: Command | null = null;
 
@@ -131,7 +129,7 @@ export class RedisCacheStore implements CacheStore {
         'get',
       );
     }
-    if (this.#smallReplies) this.#batchThisTurn();
+    this.#batchThisTurn();
     const client = this.#client;
     // The direct path builds ioredis's Command itself: only for a client of the same ioredis as
     // this module (ioredis is a peer: normally the one there is).
@@ -146,8 +144,7 @@ export class RedisCacheStore implements CacheStore {
   /**
    * The hit's GET with no promise of our own: the command is built here (what `getBuffer` does,
    * minus its argument juggling), its settle functions are wrapped so that its own promise
-   * settles as this store promises (a reply noted for batching, every failure a
-   * StoreUnavailableError), and the deadline queue holds the command itself, rejecting it when
+   * settles as this store promises (every failure a StoreUnavailableError), and the deadline queue holds the command itself, rejecting it when
    * overdue as ioredis's own `commandTimeout` does; a reply that comes after that settles
    * nothing. Wrapping the settle functions rather than chaining `then` saves a hit one promise
    * and one turn of the microtask queue between the reply and its caller.
@@ -182,14 +179,9 @@ export class RedisCacheStore implements CacheStore {
       replyEncoding: null,
       keyPrefix: client.options.keyPrefix,
     });
-    // ioredis settles a command through these two properties (the reply, a lost connection).
-    const resolve = command.resolve;
+    // ioredis settles a command through `resolve` and `reject` (a lost connection, say); the
+    // reply is handed on as it is.
     const reject = command.reject;
-    command.resolve = (value: Buffer | null) => {
-      // Whether batching GETs pays depends on their replies' size (see #batchThisTurn).
-      this.#smallReplies = (value?.byteLength ?? 0) <= BATCH_MAX_REPLY_BYTES;
-      resolve(value);
-    };
     command.reject = (cause: Error) => {
       // Our own deadline rejects the command with the error it means already.
       reject(
@@ -225,10 +217,15 @@ export class RedisCacheStore implements CacheStore {
    * machine). A turn with one GET sets it back: the GET after it leaves at once again.
    *
    * ioredis's own `enableAutoPipelining` batches through a Pipeline per tick, which measured
-   * +39–86 % single-caller p50. Only while the last reply was small (≤ 16 KiB): large replies
-   * are bandwidth-bound, not syscall-bound, and with 64 KiB replies batching measured 64-caller
-   * throughput at 0.76–0.82× a raw GET against 0.82–0.97× without. Only on a single-node client
-   * that is ready (a Cluster spreads commands over several sockets); the stream corked is the
+   * +39–86 % single-caller p50.
+   *
+   * Whatever the replies' size. Batching once stopped after a reply over 16 KiB (64 KiB replies,
+   * 64 callers: 0.76–0.82× a raw GET's throughput batched, 0.82–0.97× not), but that was before
+   * turns left in parts of {@link TURN_SPLIT}; with parts, batched 64 KiB hits read 0.93–1.15×
+   * a raw GET's hits/s against 0.70–0.84× unbatched, and sealed 0.97–1.11× the sealed floor
+   * against 0.87–1.03× (`bench/hit_ab.ts --bytes 65536`, three runs, one with the builds
+   * swapped); at 8 callers 1.10× against 0.99× (`bench/hit_alternate.ts --callers 8`). Only on
+   * a single-node client that is ready (a Cluster spreads commands over several sockets); the stream corked is the
    * one uncorked, even if the client reconnects meanwhile.
    *
    * A large turn leaves in parts of {@link TURN_SPLIT}: held whole, Redis waits while this
@@ -317,11 +314,6 @@ export class RedisCacheStore implements CacheStore {
       command.then(
         (value) => {
           pending.settled = true;
-          // Whether batching GETs pays depends on their replies' size (see #batchThisTurn).
-          if (op === 'get') {
-            const bytes = (value as Buffer | null)?.byteLength ?? 0;
-            this.#smallReplies = bytes <= BATCH_MAX_REPLY_BYTES;
-          }
           resolve(value);
         },
         (cause: unknown) => {
@@ -332,6 +324,3 @@ export class RedisCacheStore implements CacheStore {
     });
   }
 }
-
-/** Replies up to this size make batching GETs pay (syscall-bound, not bandwidth-bound). */
-const BATCH_MAX_REPLY_BYTES = 16 * 1024;
