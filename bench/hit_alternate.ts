@@ -1,7 +1,8 @@
 /**
- * `npx tsx bench/hit_alternate.ts [bytes=65536] [--which raw,direct,store,hit] [--rounds 12] [--callers 64]`:
- * hits at 64 concurrent callers (or `--callers`), the kinds alternating in 500 ms rounds in this one process (each round's
- * order the reverse of the last), with ops/s and CPU µs per op summed over the rounds:
+ * `npx tsx bench/hit_alternate.ts [bytes=65536] [--which raw,direct,store,hit] [--rounds 12]
+ * [--callers 64]`: hits at 64 concurrent callers (or `--callers`), the kinds alternating in
+ * 500 ms rounds in this one process (each round's order the reverse of the last), with ops/s
+ * and CPU µs per op summed over the rounds:
  * - `raw`: the shared client's `getBuffer` of the entry (the 64-caller rows' baseline);
  * - `store`: `RedisCacheStore.get` of the same entry (its key derived beforehand);
  * - `hit`: the unsealed `withResultCache` hit, `json()` bytes (`redis_hit`);

@@ -143,11 +143,11 @@ export class RedisCacheStore implements CacheStore {
 
   /**
    * The hit's GET with no promise of our own: the command is built here (what `getBuffer` does,
-   * minus its argument juggling), its settle functions are wrapped so that its own promise
-   * settles as this store promises (every failure a StoreUnavailableError), and the deadline queue holds the command itself, rejecting it when
-   * overdue as ioredis's own `commandTimeout` does; a reply that comes after that settles
-   * nothing. Wrapping the settle functions rather than chaining `then` saves a hit one promise
-   * and one turn of the microtask queue between the reply and its caller.
+   * minus its argument juggling), its `reject` is wrapped so that its own promise settles as
+   * this store promises (every failure a StoreUnavailableError), and the deadline queue holds
+   * the command itself, rejecting it when overdue as ioredis's own `commandTimeout` does; a
+   * reply that comes after that settles nothing. Wrapping rather than chaining `then` saves a
+   * hit one promise and one turn of the microtask queue between the reply and its caller.
    * Only for a single-node client without auto-pipelining (others go through `getBuffer`, so a
    * borrowed client's settings keep working); a borrowed client's key prefix still applies.
    *
@@ -222,11 +222,12 @@ export class RedisCacheStore implements CacheStore {
    * Whatever the replies' size. Batching once stopped after a reply over 16 KiB (64 KiB replies,
    * 64 callers: 0.76–0.82× a raw GET's throughput batched, 0.82–0.97× not), but that was before
    * turns left in parts of {@link TURN_SPLIT}; with parts, batched 64 KiB hits read 0.93–1.15×
-   * a raw GET's hits/s against 0.70–0.84× unbatched, and sealed 0.97–1.11× the sealed floor
-   * against 0.87–1.03× (`bench/hit_ab.ts --bytes 65536`, three runs, one with the builds
-   * swapped); at 8 callers 1.10× against 0.99× (`bench/hit_alternate.ts --callers 8`). Only on
-   * a single-node client that is ready (a Cluster spreads commands over several sockets); the stream corked is the
-   * one uncorked, even if the client reconnects meanwhile.
+   * a raw GET's hits/s against 0.70–0.84× unbatched, and sealed 0.97–1.14× the sealed floor
+   * against 0.87–1.05× (`bench/hit_ab.ts --bytes 65536`, four runs, one with the builds
+   * swapped); at 8 callers 1.10× against 0.99× (`bench/hit_alternate.ts --callers 8`).
+   *
+   * Only on a single-node client that is ready (a Cluster spreads commands over several
+   * sockets); the stream corked is the one uncorked, even if the client reconnects meanwhile.
    *
    * A large turn leaves in parts of {@link TURN_SPLIT}: held whole, Redis waits while this
    * process builds the turn's GETs, then this process waits while Redis answers them all.
