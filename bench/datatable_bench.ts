@@ -18,6 +18,8 @@ import {
 import { BenchInvariantError, type LatencyPlan, measureLatency, type Scenario } from './helpers.js';
 import type { BenchPostgres } from './postgres_fixture.js';
 
+type Lib = typeof import('../src/index.js');
+
 const WS = 'bench';
 const SECRET = 'bench-secret-key-0123456789abcdef-0123456789';
 const QUERY = 'select id, region, amount from orders order by id';
@@ -59,6 +61,26 @@ export async function datatableBench(
     rows.push(...(await fingerprintedHits(datatables, plan)));
     rows.push(...(await firstUse(datatables, url, database, roles, firstUseCount)));
     return rows;
+  } finally {
+    await datatables.close();
+  }
+}
+
+/** Only the warm-miss rows (`bench/warm_miss.ts`): the same seed, no first-use logins. */
+export async function warmMissBench(
+  postgres: BenchPostgres,
+  prefix: string,
+  plan: LatencyPlan,
+  /** Another build of the library (its `src/index.ts`): its two warm-miss rows join the rounds. */
+  base?: Lib,
+): Promise<DatatableRow[]> {
+  const database = `${prefix}dt`;
+  await postgres.createDatabase(database);
+  const url = postgres.url(database);
+  const datatables = await createDatatables({ connection: url, secretKey: SECRET });
+  try {
+    const roles = await seed(datatables, url, database, prefix);
+    return await warmMiss(datatables, url, database, roles[0]!, plan, base);
   } finally {
     await datatables.close();
   }
@@ -139,6 +161,7 @@ async function warmMiss(
   database: string,
   role: string,
   plan: LatencyPlan,
+  base?: Lib,
 ): Promise<DatatableRow[]> {
   const password = await rolePassword(url, role);
   const parsed = new URL(url);
@@ -176,6 +199,15 @@ async function warmMiss(
     pools: { prepareAhead: false },
   });
   const noIdentityExecutor = createExecutor({ datatables: anonymous, runnables });
+  // The same runnables on the other build, with its defaults, when one is compared.
+  const other =
+    base === undefined
+      ? null
+      : await base.createDatatables({ connection: url, secretKey: SECRET, migrate: false });
+  const otherExecutor =
+    base === undefined || other === null
+      ? null
+      : (base.createExecutor({ datatables: other, runnables }) as unknown as typeof executor);
   const uncheckedExecutor = createExecutor({ datatables: unchecked, runnables });
   const expect =
     (viewer: string, rows: number, through = executor) =>
@@ -228,12 +260,28 @@ async function warmMiss(
       op: expect('carol@example.com', 10, uncheckedExecutor),
     },
   ];
+  if (otherExecutor !== null) {
+    scenarios.push(
+      {
+        id: 'datatable_warm_miss_role_base',
+        label: 'the one-role run on the other build (`VC_BASE_SRC`)',
+        async: true,
+        op: expect('alice@example.com', 5, otherExecutor),
+      },
+      {
+        id: 'datatable_warm_miss_set_base',
+        label: 'the two-role run on the other build',
+        async: true,
+        op: expect('carol@example.com', 10, otherExecutor),
+      },
+    );
+  }
   try {
     const stats = await measureLatency(scenarios, plan);
-    const base = stats.get('pg_bare_query')!;
+    const bare = stats.get('pg_bare_query')!;
     return scenarios.map((s) => {
       const st = stats.get(s.id)!;
-      const added = st.p50Us - base.p50Us;
+      const added = st.p50Us - bare.p50Us;
       return {
         id: s.id,
         label: s.label,
@@ -251,6 +299,7 @@ async function warmMiss(
     await bare.end();
     await unchecked.close();
     await anonymous.close();
+    await other?.close();
   }
 }
 

@@ -85,6 +85,7 @@ npx tsx bench/redis_process.ts hit    # one Redis row alone in its process: CPU 
 npx tsx bench/redis_split.ts          # a single caller's hit cut at the socket: before the write, waiting, after the reply
 npx tsx bench/hit_alternate.ts 65536  # raw GET, store GET and hit at 64 callers, alternating in one process
 npx tsx bench/http_process.ts cached  # one HTTP route alone, its load client in another process (or \`floor\`)
+npx tsx bench/warm_miss.ts            # the warm-miss rows alone, ≈ 20 s (VC_BASE_SRC=DIR/src adds another build's rows to the same rounds)
 npm run bench -- --only=polyglot_miss # Python and DuckDB warm misses vs the SQL twin, and their hits (or npx tsx bench/polyglot_miss.ts)
 npx tsx bench/queue_bench.ts          # the queue rows alone: a miss through the queue vs in process, 1 vs 2 workers, hits (--quick)
 npx tsx bench/outsider_http.ts        # the HTTP hit under autocannon vs the Fastify floor, quiet rounds only (--rounds, --seconds, --conns, --profile DIR)
