@@ -8,8 +8,9 @@
  * doing the same work in the same worker process. Per round it prints the rate and the CPU time
  * per miss of each process — this one (callers and the enqueuing side), the worker, and
  * redis-server — from `/proc/<pid>/stat`, so that a throughput gap can be put on the process
- * that pays it, and the worker's write syscalls per miss (`/proc/<pid>/io`). `VC_QUEUE_CPU_WORKER_ARGS`:
- * node flags for the worker (`--cpu-prof --cpu-prof-dir=…`). `VC_QUEUE_BENCH_SPIN_MS=0`: the
+ * that pays it; and the write syscalls per miss of the worker and of this process, with the
+ * bytes they wrote (`/proc/<pid>/io`: sockets mostly). `VC_QUEUE_CPU_WORKER_ARGS`: node flags
+ * for the worker (`--cpu-prof --cpu-prof-dir=…`). `VC_QUEUE_BENCH_SPIN_MS=0`: the
  * runnable does no work, leaving the queue's own cost per miss. A figure to read, not a target:
  * `queue_bench.ts` has the ratios. `--only queued|bare`: one kind of round alone.
  */
@@ -51,9 +52,13 @@ function cpuMs(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
-/** Write syscalls (write, writev, …) a process has made so far. */
-function writeCalls(pid: number): number {
-  return Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1]);
+/** Write syscalls (write, writev, …) a process has made so far, and the bytes they wrote. */
+function writes(pid: number): { calls: number; bytes: number } {
+  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+  return {
+    calls: Number(/^syscw: (\d+)$/m.exec(io)?.[1]),
+    bytes: Number(/^wchar: (\d+)$/m.exec(io)?.[1]),
+  };
 }
 
 /** The redis-server behind REDIS_URL: the one listening on its port. */
@@ -113,7 +118,8 @@ const bareTrip = () => bare.trip('work');
 async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const self0 = process.cpuUsage();
   const worker0 = cpuMs(worker.pid!);
-  const writes0 = writeCalls(worker.pid!);
+  const workerWrites0 = writes(worker.pid!);
+  const ownWrites0 = writes(process.pid);
   const redis0 = cpuMs(redisPid);
   const t0 = performance.now();
   let started = 0;
@@ -125,10 +131,14 @@ async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const wallMs = performance.now() - t0;
   const self = process.cpuUsage(self0);
   const perMiss = (ms: number) => `${Math.round((ms / MISSES) * 1000)} µs`;
+  const writesPerMiss = (pid: number, from: { calls: number; bytes: number }) => {
+    const now = writes(pid);
+    return `${((now.calls - from.calls) / MISSES).toFixed(2)} / ${Math.round((now.bytes - from.bytes) / MISSES)} B`;
+  };
   process.stdout.write(
     `| ${label} | ${Math.round(MISSES / (wallMs / 1000))}/s | ${perMiss((self.user + self.system) / 1000)} | ` +
       `${perMiss(cpuMs(worker.pid!) - worker0)} | ${perMiss(cpuMs(redisPid) - redis0)} | ` +
-      `${((writeCalls(worker.pid!) - writes0) / MISSES).toFixed(2)} |\n`,
+      `${writesPerMiss(worker.pid!, workerWrites0)} | ${writesPerMiss(process.pid, ownWrites0)} |\n`,
   );
 }
 
@@ -139,8 +149,8 @@ try {
   }
   process.stdout.write(
     `**CPU per miss by process** (\`bench/queue_cpu.ts\`: 1 worker process, ${CALLERS} callers, ${MISSES} per round)\n\n` +
-      '| round | rate | this process | worker | redis-server | worker writes |\n' +
-      '| --- | ---: | ---: | ---: | ---: | ---: |\n',
+      "| round | rate | this process | worker | redis-server | worker's writes | this process's writes |\n" +
+      '| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n',
   );
   for (let r = 1; r <= ROUNDS; r++) {
     if (ONLY !== 'bare') await round(`queued misses, ${r}`, miss);
