@@ -205,9 +205,9 @@ async function warmMiss(
       ? null
       : await base.createDatatables({ connection: url, secretKey: SECRET, migrate: false });
   const otherExecutor =
-    base === undefined || other === null
+    other === null
       ? null
-      : (base.createExecutor({ datatables: other, runnables }) as unknown as typeof executor);
+      : (base!.createExecutor({ datatables: other, runnables }) as unknown as typeof executor);
   const uncheckedExecutor = createExecutor({ datatables: unchecked, runnables });
   const expect =
     (viewer: string, rows: number, through = executor) =>

@@ -133,7 +133,8 @@ async function round(label: string, op: () => Promise<unknown>): Promise<void> {
   const perMiss = (ms: number) => `${Math.round((ms / MISSES) * 1000)} µs`;
   const writesPerMiss = (pid: number, from: { calls: number; bytes: number }) => {
     const now = writes(pid);
-    return `${((now.calls - from.calls) / MISSES).toFixed(2)} / ${Math.round((now.bytes - from.bytes) / MISSES)} B`;
+    const calls = (now.calls - from.calls) / MISSES;
+    return `${calls.toFixed(2)} / ${Math.round((now.bytes - from.bytes) / MISSES)} B`;
   };
   process.stdout.write(
     `| ${label} | ${Math.round(MISSES / (wallMs / 1000))}/s | ${perMiss((self.user + self.system) / 1000)} | ` +

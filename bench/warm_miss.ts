@@ -1,7 +1,7 @@
 /**
  * The warm-miss rows alone (`npx tsx bench/warm_miss.ts [--rounds N]`), with DATABASE_URL (else
  * an embedded PostgreSQL): what connecting as the viewer adds to the runnable's own query, with
- * and without the viewer's identity bound and the post-release login check, in about a minute
+ * and without the viewer's identity bound and the post-release login check, in about 20 s
  * instead of the full run's data-table section. With `VC_BASE_SRC=/path/to/other/src`, that
  * build's one- and two-role rows join the same rounds (`_base`), so a change to the miss path is
  * compared under the same noise (e.g. `git archive <commit> src | tar -x -C /tmp/base`).
@@ -40,9 +40,8 @@ try {
   for (const row of rows) {
     const added = row.vsBaseline.value;
     const vs = row.id === row.baseline ? 'baseline' : `+${added.toFixed(1)} µs`;
-    console.log(
-      `${row.id.padEnd(38)} p50 ${row.p50Us.toFixed(1).padStart(7)} µs  p99 ${row.p99Us.toFixed(1).padStart(7)} µs  ${vs}`,
-    );
+    const us = (n: number) => `${n.toFixed(1).padStart(7)} µs`;
+    console.log(`${row.id.padEnd(38)} p50 ${us(row.p50Us)}  p99 ${us(row.p99Us)}  ${vs}`);
   }
 } finally {
   await postgres.close(prefix);

@@ -120,7 +120,8 @@ export interface RawDatatablesOptions {
    * installed in each data-table database. After a connection's first viewer lease (one round
    * trip, once) it costs no round trip of its own: the binding rides in front of the run's first
    * statement, which then takes the extended protocol, and each reset draws the connection's
-   * next epoch. A warm miss measured ≈ 0.1 ms more with it on a 2-core host (`bench/warm_miss.ts`).
+   * next epoch. A warm miss measured ≈ 0.1 ms more with it on a 2-core host
+   * (`bench/warm_miss.ts`).
    * @default true
    */
   viewerIdentity?: boolean;
