@@ -27,7 +27,11 @@ export interface HeldQueueJob {
   readonly job: Job;
   /** Renews the lock for another lock duration; false when it was lost (the job went back). */
   extend(): Promise<boolean>;
-  /** Ends the job with its JSON, sealed to its queue id as a worker's answer is. */
+  /**
+   * Ends the job with its JSON, sealed to its queue id as a worker's answer is. Call it while
+   * the lock is held (`extend()` answered true within the lock duration): the answer goes to
+   * the waiting server ahead of BullMQ's completion, which alone checks the lock.
+   */
   complete(json: Uint8Array): Promise<void>;
   /** Ends the job with a failure code (only the code reaches Redis). */
   fail(code: string): Promise<void>;

@@ -26,8 +26,11 @@ export interface AgentDispatch {
    * null when none came or `signal` aborted (the agent hung up). Taking a job issues its token.
    */
   take(agent: AgentIdentity, waitMs: number, signal: AbortSignal): Promise<TakenJob | null>;
-  /** Ends a job `agent` holds; false when it holds no such job (ended, or another's). */
-  finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean;
+  /**
+   * Ends a job `agent` holds; false when it holds no such job (ended, another's, or, from the
+   * queue, one whose lock it no longer holds).
+   */
+  finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean | Promise<boolean>;
   /** The agent still works on a job it holds (renews a queue lock); false when it holds none. */
   beat(agent: AgentIdentity, jobId: string): boolean;
   /** The job `token` stands for, if it is running and `agent` holds it; else null. */

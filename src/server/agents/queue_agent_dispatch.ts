@@ -119,12 +119,20 @@ export class QueueAgentDispatch implements AgentDispatch {
     return true;
   }
 
-  finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): boolean {
+  async finish(agent: AgentIdentity, jobId: string, outcome: AgentOutcome): Promise<boolean> {
     this.presence.seen(agent);
     const holding = this.#holding.get(jobId);
     if (holding === undefined || holding.agent.id !== agent.id) return false;
     if (holding.job.workspace !== agent.workspace) return false;
     this.#drop(holding);
+    // The lock may have lapsed, and the job gone to another taker, before this holding's
+    // silence bound fired: that bound starts at the hand-off, a moment after the take set the
+    // lock, and a timer fires late on a busy process. The answer is the run's only while the
+    // lock is still this server's; renewed here, it stays so until the job ends just after.
+    if (!(await holding.held.extend())) {
+      holding.reject(new QueueWorkerLostError());
+      return false;
+    }
     if (outcome.ok) holding.resolve(outcome.value);
     else holding.reject(failureOf(outcome.code, outcome.message, outcome.sqlstate));
     return true;

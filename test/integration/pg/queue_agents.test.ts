@@ -189,6 +189,39 @@ describe('agents fed from the queue, two servers, no database worker', { timeout
     expect(codeOf(answer.json)).toBe('E_QUEUE_WORKER_LOST');
   });
 
+  it("a finish after the job's lock went to another holder is refused, and its answer is not the run's", async () => {
+    const args = { stolen: randomBytes(4).toString('hex') };
+    const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
+    const first = await takeWith(urls[1]!, args);
+    // Behind server B's back, well within its 2 s silence bound: the job's lock names another
+    // holder, as once it lapsed and another server's agent took the job (the race that made
+    // the test above flaky: the lock is set at the take, the bound starts at the hand-off).
+    const redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
+    try {
+      const locks = await redis.keys(`${QUEUE_PREFIX}:*:lock`);
+      expect(locks).toHaveLength(1);
+      await redis.set(locks[0]!, 'another-holder', 'PX', 1000);
+    } finally {
+      redis.disconnect();
+    }
+    const late = await agentPost(
+      urls[1]!,
+      `/api/agent/jobs/${first.job.id}/finish`,
+      tokens['silent']!,
+      { ok: true, value: ['stolen'] },
+    );
+    expect(late.status).toBe(404);
+    // The other holder never finishes: its lock lapses, the job comes back once, and the next
+    // taker's answer is the run's.
+    const second = await takeWith(urls[0]!, args);
+    expect(second.job.id).toBe(first.job.id);
+    await finishWith(urls[0]!, second, ['second']);
+    const answer = await pending;
+    expect(answer.status, answer.text).toBe(200);
+    expect(answer.result).toEqual(['second']);
+  });
+
   it("an agent that beats keeps its job past the lock; its answer is the run's", async () => {
     const args = { beats: 1 };
     const pending = appRun(urls[0]!, BOB, 'f/orders/list', args);
