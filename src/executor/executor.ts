@@ -34,6 +34,7 @@ import { ComputedResult, type JobResult } from '../job_result.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { RawQueryProxyLimits } from '../proxy/query_proxy.js';
 import { traced } from '../tracing.js';
+import { LazyAbort } from '../util/lazy_abort.js';
 import {
   type DuckdbLimits,
   type DuckdbModule,
@@ -241,7 +242,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
       const dispatcher = runOptions?.dispatcher ?? executor;
       const leases: DatatableLease[] = [];
       const state = { ended: false };
-      const abort = new AbortController();
+      const abort = new LazyAbort();
       let timer: NodeJS.Timeout | undefined;
       const started = performance.now();
       const issuer = options.jobTokens;
@@ -265,7 +266,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
           dispatcher,
           leases,
           state,
-          signal: abort.signal,
+          abort,
           datatables,
           python,
           duckdb,
@@ -317,7 +318,7 @@ export function createExecutor(options: RawExecutorOptions): Executor {
         // From here on a connection that is still opening is released on arrival (see connect).
         state.ended = true;
         // A timed-out job may still hold a connection mid-query: destroy rather than reuse it.
-        const destroy = abort.signal.aborted;
+        const destroy = abort.aborted;
         await Promise.allSettled(leases.map((lease) => lease.release(destroy)));
       }
     },
@@ -350,7 +351,8 @@ interface RunDeps {
   leases: DatatableLease[];
   /** `ended` turns true once the job's leases have been released. */
   state: { ended: boolean };
-  signal: AbortSignal;
+  /** Aborted when the job times out; its signal is made only if the runnable asks. */
+  abort: LazyAbort;
   datatables: DatatableConnector | undefined;
   python: PythonLimits;
   duckdb: DuckdbLimits;
@@ -361,13 +363,13 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
   const { definition } = registered;
   const connect = async (ref: DatatableRef): Promise<DatatableLease> => {
     if (deps.datatables === undefined) throw new DatatableUnavailableError();
-    if (deps.signal.aborted) throw new ExecutorTimeoutError();
+    if (deps.abort.aborted) throw new ExecutorTimeoutError();
     const lease = await deps.datatables.connect(job, ref);
     if (deps.state.ended) {
       // The job timed out (or returned without awaiting this) while the connection was opening:
       // its leases were already released, so nobody else would ever give this one back.
-      await lease.release(deps.signal.aborted).catch(() => {});
-      throw deps.signal.aborted
+      await lease.release(deps.abort.aborted).catch(() => {});
+      throw deps.abort.aborted
         ? new ExecutorTimeoutError()
         : new ExecutorFailedError('the job ended before its data-table connection opened');
     }
@@ -413,7 +415,7 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
         job,
         args,
         deps.datatables,
-        deps.signal,
+        deps.abort.signal,
         deps.python,
       ),
     );
@@ -423,7 +425,9 @@ async function runDefinition(registered: Registered, job: Job, deps: RunDeps): P
     jobId: job.id,
     workspace: job.workspace,
     viewer: job.perms.endUserEmail,
-    signal: deps.signal,
+    get signal() {
+      return deps.abort.signal;
+    },
     get jobToken() {
       return deps.jobToken();
     },

@@ -224,6 +224,49 @@ describe('executor: errors', () => {
     });
     expect(signal?.aborted).toBe(true);
   });
+
+  it('a signal first read after the timeout comes aborted, and one read before hears the abort', async () => {
+    // The signal is made only when a runnable asks for it: asked late, it must still say so.
+    let heard = false;
+    let readLate!: (signal: AbortSignal) => void;
+    const late = new Promise<AbortSignal>((resolve) => {
+      readLate = resolve;
+    });
+    let timedOut!: () => void;
+    const ended = new Promise<void>((resolve) => {
+      timedOut = resolve;
+    });
+    const slow = createExecutor({
+      timeout: 20,
+      runnables: {
+        'f/late': {
+          hash: 'v1',
+          fn: async (_args, ctx) => {
+            await ended;
+            readLate(ctx.signal);
+            return null;
+          },
+        },
+        'f/early': {
+          hash: 'v1',
+          fn: (_args, ctx) =>
+            new Promise((resolve) => {
+              ctx.signal.addEventListener('abort', () => {
+                heard = true;
+                resolve(null);
+              });
+            }),
+        },
+      },
+    });
+    await expect(slow.run(jobFor('f/late'))).rejects.toMatchObject({ code: 'E_EXECUTOR_TIMEOUT' });
+    timedOut();
+    expect((await late).aborted).toBe(true);
+    await expect(slow.run(jobFor('f/early'))).rejects.toMatchObject({
+      code: 'E_EXECUTOR_TIMEOUT',
+    });
+    expect(heard).toBe(true);
+  });
 });
 
 describe('executor: data tables', () => {

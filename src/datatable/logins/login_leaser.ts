@@ -56,6 +56,12 @@ export class LoginLeaser {
   /** Passwords of set-login rows this process has read or written. */
   readonly #known = new Map<string, string>();
   readonly #flights = new SingleFlight<string>();
+  /**
+   * What to watch of each role's own login (its derived password), by catalog role object: an
+   * HMAC (≈ 2 µs here) and an entry saved on every lease. A catalog load makes new role objects,
+   * so a rotated nonce or a renamed role is never served stale.
+   */
+  readonly #ownLogins = new WeakMap<CatalogRole, Watched>();
   /** Logins lent at least once, by name: what to check when their connections come back. */
   readonly #watched = new Map<string, Watched>();
   /** Logins whose check is running, and whether another release asked for one meanwhile. */
@@ -196,12 +202,17 @@ export class LoginLeaser {
   }
 
   async #leaseOwn(role: CatalogRole, database: string): Promise<PooledLease> {
-    const password = this.#passwords.forRole(role.oid, role.secret);
-    this.#watched.set(role.name, {
-      expected: { login: role.name, password },
-      database,
-      repair: () => this.#repair.takeBackRole(role),
-    });
+    let watched = this.#ownLogins.get(role);
+    if (watched === undefined || watched.database !== database) {
+      watched = {
+        expected: { login: role.name, password: this.#passwords.forRole(role.oid, role.secret) },
+        database,
+        repair: () => this.#repair.takeBackRole(role),
+      };
+      this.#ownLogins.set(role, watched);
+    }
+    const { password } = watched.expected;
+    this.#watched.set(role.name, watched);
     const fresh = !this.#pools.has(database, role.name);
     try {
       if (fresh && !(await this.#repair.inspect({ login: role.name, password }))) {

@@ -85,6 +85,35 @@ describe('set logins are keyed by catalog ids', () => {
     ).toEqual([{ login: before.user, roles: expect.arrayContaining([renamed, fx.AMER]) }]);
   });
 
+  it('a role’s own login, lent before and after its rename, is checked under its new name', async () => {
+    // The leaser remembers what it derived for a role (its password, what to check after a
+    // release) by catalog role object: a rename must not leave the old name watched.
+    fx = await ordersDb();
+    const executor = executorFor(fx.datatables);
+    const checked = () =>
+      new Promise<boolean>((resolve) => {
+        const done = ({ repaired }: { repaired: boolean }) => {
+          fx!.datatables.events.off('login:checked', done);
+          resolve(repaired);
+        };
+        fx!.datatables.events.on('login:checked', done);
+      });
+    let check = checked();
+    expect(await whoami(executor, ALICE)).toEqual({ user: fx.EMEA, ids: ROWS['emea'] });
+    expect(await check).toBe(false);
+
+    const renamed = `${fx.prefix}ventes_emea`;
+    const change = await fx.datatables.admin.renameRole(WS, fx.EMEA, renamed);
+    await fx.sql.query(
+      `alter policy emea on orders using (region = 'emea' and pg_has_role(current_user, '${renamed}', 'member'))`,
+    );
+    await fx.settle(change.generation);
+    check = checked();
+    expect(await whoami(executor, ALICE)).toEqual({ user: renamed, ids: ROWS['emea'] });
+    // Watched under the old name, the check would find no such login and "repair" it.
+    expect(await check).toBe(false);
+  });
+
   it('a change in the viewer’s groups resolves to another login; the old one is untouched', async () => {
     fx = await ordersDb();
     const executor = executorFor(fx.datatables);
