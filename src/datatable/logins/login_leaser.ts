@@ -58,8 +58,8 @@ export class LoginLeaser {
   readonly #flights = new SingleFlight<string>();
   /**
    * What to watch of each role's own login (its derived password), by catalog role object: an
-   * HMAC (≈ 2 µs here) and an entry saved on every lease. A catalog load makes new role objects,
-   * so a rotated nonce or a renamed role is never served stale.
+   * HMAC (≈ 2 µs here) and an entry saved on every lease. Role objects are readonly and every
+   * catalog load makes new ones, so a renamed role (or a new nonce) is never served stale.
    */
   readonly #ownLogins = new WeakMap<CatalogRole, Watched>();
   /** Logins lent at least once, by name: what to check when their connections come back. */
