@@ -64,7 +64,7 @@ export class LoginLeaser {
   readonly #ownLogins = new WeakMap<CatalogRole, Watched>();
   /**
    * Set logins by the role list a viewer's authorization grants (the same readonly array for
-   * every run it answers): their name is a sort and a SHA-256 of the ids (≈ 1.5 µs) otherwise
+   * every run it answers): their name is a sort and a SHA-256 of the ids (≈ 1 µs) otherwise
    * paid on every lease.
    */
   readonly #sets = new WeakMap<
