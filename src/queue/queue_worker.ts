@@ -5,7 +5,6 @@ import { GIVEN_RUN, type NamedRun, type NamedRunOptions } from '../named_run.js'
 import { runTraced } from '../tracing.js';
 import { CLOSE_WAIT_MS, settleWithin } from '../util/settle_within.js';
 import { type CorkableClient, corkForTick, uncorkNow } from '../util/tick_cork.js';
-import { withWriteAffinity } from '../util/write_affinity.js';
 import { type AnswerRedis, INLINE_ANSWER_MAX, keepAnswer } from './answer_refs.js';
 import { type ReplyPublisher, replyChannel, sendReply } from './direct_replies.js';
 import type { ClaimRedis } from './job_claims.js';
@@ -151,11 +150,9 @@ export function createQueueWorker(options: RawQueueWorkerOptions): QueueWorker {
         // WRITE_BEHIND).
         // Its entry's write goes on this worker's connection when the store is on the same
         // Redis (write_affinity.ts): in the answer's own `writev`, and run before it.
-        const result = await withWriteAffinity(connection, () =>
-          runQueued(queuedRun, () =>
-            runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
-              executor.run(job, runOptions(retried, claimed.named)),
-            ),
+        const result = await runQueued(queuedRun, connection, () =>
+          runTraced(claimed.traceparent, 'viewer_cache.queue.run', () =>
+            executor.run(job, runOptions(retried, claimed.named)),
           ),
         );
         const json = result.json();

@@ -1,4 +1,5 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import { jobScope, withJobScope } from '../util/job_scope.js';
+import type { AffinityClient } from '../util/write_affinity.js';
 
 /**
  * What a queue worker knows of the job it is running, for the code that job runs (the job's
@@ -23,16 +24,17 @@ export interface QueuedRun {
  */
 export const CHILD_QUEUE_DEPTHS = 3;
 
-const current = new AsyncLocalStorage<QueuedRun>();
-
 /** The queued job this code runs for (worker side), or undefined outside a queued job. */
 export function queuedRun(): QueuedRun | undefined {
-  return current.getStore();
+  return jobScope()?.queued as QueuedRun | undefined;
 }
 
-/** Runs `fn` as the queued job `run` (everything it starts sees {@link queuedRun}). */
-export function runQueued<T>(run: QueuedRun, fn: () => T): T {
-  return current.run(run, fn);
+/**
+ * Runs `fn` as the queued job `run` (everything it starts sees {@link queuedRun}), its cache
+ * writes free to go on `writeVia` (write_affinity.ts): one scope for both (job_scope.ts).
+ */
+export function runQueued<T>(run: QueuedRun, writeVia: AffinityClient, fn: () => T): T {
+  return withJobScope({ queued: run, writeVia }, fn);
 }
 
 /**

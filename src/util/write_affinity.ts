@@ -1,6 +1,6 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import { jobScope, withJobScope } from './job_scope.js';
 
-/**
+/*
  * A Redis connection the code running now may send its cache writes on instead of the store's
  * own, when both reach the same server as the same user (a queue worker's connection, for the
  * entry of the job it runs). On this machine class every socket write and every reply read is a
@@ -8,8 +8,8 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  * `writev` and a read of its own, and the `writev`, sent first, delayed the answer's. On the
  * worker's connection the entry leaves in the one `writev` that carries the claim's finish and
  * BullMQ's completion, and Redis runs it before them (one connection's commands run in order).
+ * It is carried in the job's scope (job_scope.ts), beside the queued run.
  */
-const current = new AsyncLocalStorage<AffinityClient>();
 
 /** What a store reads of a candidate connection (an ioredis single-node client). */
 export interface AffinityClient {
@@ -20,7 +20,7 @@ export interface AffinityClient {
 
 /** Runs `fn` with `client` as the connection its cache writes may go on. */
 export function withWriteAffinity<T>(client: AffinityClient, fn: () => T): T {
-  return current.run(client, fn);
+  return withJobScope({ ...jobScope(), writeVia: client }, fn);
 }
 
 /**
@@ -30,7 +30,7 @@ export function withWriteAffinity<T>(client: AffinityClient, fn: () => T): T {
  * qualifies (its server is not one address).
  */
 export function affinityFor(own: AffinityClient): AffinityClient | null {
-  const candidate = current.getStore();
+  const candidate = jobScope()?.writeVia as AffinityClient | undefined;
   if (candidate === undefined || candidate === own || candidate.status !== 'ready') return null;
   let same = compatible.get(candidate)?.get(own);
   if (same === undefined) {

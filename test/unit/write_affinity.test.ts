@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { queuedRun, runQueued } from '../../src/queue/queued_run.js';
 import { affinityFor, sameServer, withWriteAffinity } from '../../src/util/write_affinity.js';
 
 // Which connection a store may write on instead of its own (src/util/write_affinity.ts): only one
@@ -56,5 +57,25 @@ describe('affinityFor', () => {
     expect(withWriteAffinity(node({ db: 2 }), () => affinityFor(own))).toBeNull();
     // The store's own client is not "another" connection.
     expect(withWriteAffinity(own, () => affinityFor(own))).toBeNull();
+  });
+
+  it("shares a queued job's one scope: both hold through awaits, and neither displaces the other", async () => {
+    const worker = node({});
+    const other = node({});
+    const run = { depth: 2, childUrl: 'http://server.internal:8080' };
+    expect(queuedRun()).toBeUndefined();
+    const seen = await runQueued(run, worker, async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      const inside = { run: queuedRun(), via: affinityFor(own) };
+      // An affinity set inside the job keeps the job's run; the job's returns after it.
+      const nested = withWriteAffinity(other, () => ({ run: queuedRun(), via: affinityFor(own) }));
+      return { inside, nested, after: affinityFor(own) };
+    });
+    expect(seen.inside).toEqual({ run, via: worker });
+    expect(seen.nested.run).toBe(run);
+    expect(seen.nested.via).toBe(other);
+    expect(seen.after).toBe(worker);
+    expect(queuedRun()).toBeUndefined();
+    expect(affinityFor(own)).toBeNull();
   });
 });
