@@ -18,7 +18,10 @@ export interface AffinityClient {
   readonly options?: unknown;
 }
 
-/** Runs `fn` with `client` as the connection its cache writes may go on. */
+/**
+ * Runs `fn` with `client` as the connection its cache writes may go on, keeping the rest of the
+ * scope it runs in (a queue worker sets both at once: `runQueued`).
+ */
 export function withWriteAffinity<T>(client: AffinityClient, fn: () => T): T {
   return withJobScope({ ...jobScope(), writeVia: client }, fn);
 }
